@@ -1,0 +1,35 @@
+"""The `areal-hpc` command: one subcommand group per area, each registered by its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from areal_hpc.errors import UserError
+
+# Modules that define `register(subparsers)`; each adds one subcommand group.
+COMMAND_MODULES = [
+    "areal_hpc.config.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="areal-hpc", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

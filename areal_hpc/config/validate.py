@@ -1,0 +1,210 @@
+"""Semantic checks of a typed config: ranges, choices, parallel layout, files.
+
+Pure except for the optional file-existence checks. Each problem is one line naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from areal_hpc.config.schema import ExperimentConfig
+
+CHOICES = {
+    "device": ("auto", "cpu", "cuda"),
+    "trainer.params_dtype": ("fp32", "bf16", "fp16"),
+    "generator.interrupt_mode": ("abort", "keep"),
+    "generator.dtype": ("fp32", "bf16", "fp16"),
+    "ppo.adv_norm": ("global", "group", "none"),
+    "reward.kind": ("math", "code"),
+    "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "cluster.mpi": ("pmix", "pmi2", "none"),
+}
+
+# (key, predicate, requirement as the user reads it)
+RANGES = [
+    ("seed", lambda v: v >= 0, ">= 0"),
+    ("total_steps", lambda v: v >= 1, ">= 1"),
+    ("eval_interval", lambda v: v >= 0, ">= 0"),
+    ("model.vocab_size", lambda v: v >= 1, ">= 1"),
+    ("model.hidden_size", lambda v: v >= 1, ">= 1"),
+    ("model.intermediate_size", lambda v: v >= 1, ">= 1"),
+    ("model.num_layers", lambda v: v >= 1, ">= 1"),
+    ("model.num_attention_heads", lambda v: v >= 1, ">= 1"),
+    ("model.num_query_groups", lambda v: v >= 1, ">= 1"),
+    ("model.max_position_embeddings", lambda v: v >= 1, ">= 1"),
+    ("model.rope_theta", lambda v: v > 0, "> 0"),
+    ("model.rms_norm_eps", lambda v: v > 0, "> 0"),
+    ("trainer.tp", lambda v: v >= 1, ">= 1"),
+    ("trainer.pp", lambda v: v >= 1, ">= 1"),
+    ("trainer.dp", lambda v: v >= 1, ">= 1"),
+    ("trainer.micro_batch_tokens", lambda v: v >= 1, ">= 1"),
+    ("trainer.min_micro_batches", lambda v: v >= 1, ">= 1"),
+    ("generator.count", lambda v: v >= 1, ">= 1"),
+    ("generator.tensor_parallel_size", lambda v: v >= 1, ">= 1"),
+    ("generator.gpu_memory_utilization", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("generator.kv_cache_bytes", lambda v: v > 0, "> 0"),
+    ("generator.max_num_seqs", lambda v: v >= 1, ">= 1"),
+    ("generator.weight_bucket_bytes", lambda v: v >= 2**20, ">= 1 MiB"),
+    ("rollout.eta", lambda v: v >= 0, ">= 0"),
+    ("rollout.batch_prompts", lambda v: v >= 1, ">= 1"),
+    ("rollout.group_size", lambda v: v >= 1, ">= 1"),
+    ("rollout.max_concurrent", lambda v: v >= 1, ">= 1"),
+    ("rollout.max_prompt_len", lambda v: v >= 1, ">= 1"),
+    ("rollout.max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("rollout.temperature", lambda v: v >= 0, ">= 0"),
+    ("rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("rollout.top_k", lambda v: v == -1 or v >= 1, "-1 (off) or >= 1"),
+    ("ppo.clip_eps", lambda v: 0 < v < 1, "in (0, 1)"),
+    ("ppo.dual_clip", lambda v: v is None or v > 1, "null or > 1"),
+    ("ppo.behav_imp_weight_cap", lambda v: v is None or v > 1, "null or > 1"),
+    ("ppo.minibatches", lambda v: v >= 1, ">= 1"),
+    ("optimizer.lr", lambda v: v > 0, "> 0"),
+    ("optimizer.beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optimizer.beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("optimizer.eps", lambda v: v > 0, "> 0"),
+    ("optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("optimizer.grad_clip", lambda v: v >= 0, ">= 0"),
+    ("optimizer.warmup_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("data.synthetic_train_size", lambda v: v >= 1, ">= 1"),
+    ("data.synthetic_eval_size", lambda v: v >= 1, ">= 1"),
+    ("reward.workers", lambda v: v >= 1, ">= 1"),
+    ("reward.timeout_s", lambda v: v > 0, "> 0"),
+    ("reward.code.per_test_timeout_s", lambda v: v > 0, "> 0"),
+    ("reward.code.total_timeout_s", lambda v: v > 0, "> 0"),
+    ("reward.code.memory_mb", lambda v: v >= 16, ">= 16"),
+    ("reward.code.max_processes", lambda v: v >= 1, ">= 1"),
+    ("reward.code.max_output_bytes", lambda v: v >= 1, ">= 1"),
+    ("checkpoint.interval_steps", lambda v: v >= 0, ">= 0"),
+    ("checkpoint.keep_last", lambda v: v >= 1, ">= 1"),
+    ("cluster.gpus_per_node", lambda v: v >= 1, ">= 1"),
+    ("cluster.train_nodes", lambda v: v >= 1, ">= 1"),
+    ("cluster.rollout_nodes", lambda v: v >= 1, ">= 1"),
+]
+
+
+def get(cfg: object, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
+    problems = []
+    for key, ok, need in RANGES:
+        value = get(cfg, key)
+        if not ok(value):
+            problems.append(f"{key} = {value!r}: must be {need}")
+    for key, allowed in CHOICES.items():
+        value = get(cfg, key)
+        if value not in allowed:
+            problems.append(f"{key} = {value!r}: must be one of {', '.join(allowed)}")
+    return problems
+
+
+def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
+    m, t, g, r = cfg.model, cfg.trainer, cfg.generator, cfg.rollout
+    problems = []
+    if m.hidden_size % m.num_attention_heads:
+        problems.append(
+            f"model.hidden_size = {m.hidden_size}: not divisible by model.num_attention_heads"
+            f" = {m.num_attention_heads}"
+        )
+    if m.num_attention_heads % m.num_query_groups:
+        problems.append(
+            f"model.num_query_groups = {m.num_query_groups}: does not divide"
+            f" model.num_attention_heads = {m.num_attention_heads}"
+        )
+    for key, size in (("trainer.tp", t.tp), ("generator.tensor_parallel_size", g.tensor_parallel_size)):
+        if m.num_attention_heads % size or m.num_query_groups % size:
+            problems.append(
+                f"{key} = {size}: must divide model.num_attention_heads = {m.num_attention_heads}"
+                f" and model.num_query_groups = {m.num_query_groups}"
+            )
+    if m.num_layers % t.pp:
+        problems.append(f"trainer.pp = {t.pp}: does not divide model.num_layers = {m.num_layers}")
+    if t.sequence_parallel and t.tp == 1:
+        problems.append("trainer.sequence_parallel = true: needs trainer.tp > 1")
+    longest = r.max_prompt_len + r.max_new_tokens
+    if longest > m.max_position_embeddings:
+        problems.append(
+            f"rollout.max_new_tokens = {r.max_new_tokens}: max_prompt_len + max_new_tokens = {longest}"
+            f" exceeds model.max_position_embeddings = {m.max_position_embeddings}"
+        )
+    if longest > t.micro_batch_tokens:
+        problems.append(
+            f"trainer.micro_batch_tokens = {t.micro_batch_tokens}: smaller than the longest sequence"
+            f" (max_prompt_len + max_new_tokens = {longest})"
+        )
+    if cfg.ppo.minibatches > r.batch_prompts * r.group_size:
+        problems.append(
+            f"ppo.minibatches = {cfg.ppo.minibatches}: more than the trajectories per step"
+            f" (rollout.batch_prompts * rollout.group_size = {r.batch_prompts * r.group_size})"
+        )
+    return problems
+
+
+def cluster_problems(cfg: ExperimentConfig) -> list[str]:
+    """GPU layout: trainer ranks fill component 0's GPUs, generator engines fill component 1's."""
+    c, g = cfg.cluster, cfg.generator
+    problems = []
+    train_gpus = c.train_nodes * c.gpus_per_node
+    if cfg.trainer_world != train_gpus:
+        problems.append(
+            f"trainer.tp * trainer.pp * trainer.dp = {cfg.trainer_world}: must equal the training GPUs"
+            f" (cluster.train_nodes * cluster.gpus_per_node = {train_gpus})"
+        )
+    if c.gpus_per_node % g.tensor_parallel_size:
+        problems.append(
+            f"generator.tensor_parallel_size = {g.tensor_parallel_size}: must divide"
+            f" cluster.gpus_per_node = {c.gpus_per_node} (an engine may not span nodes)"
+        )
+    rollout_gpus = c.rollout_nodes * c.gpus_per_node
+    if g.count * g.tensor_parallel_size != rollout_gpus:
+        problems.append(
+            f"generator.count = {g.count}: count * tensor_parallel_size = "
+            f"{g.count * g.tensor_parallel_size} must equal the rollout GPUs"
+            f" (cluster.rollout_nodes * cluster.gpus_per_node = {rollout_gpus})"
+        )
+    return problems
+
+
+def _files(cfg: ExperimentConfig) -> list[str]:
+    problems = []
+    for key in ("model.path", "model.tokenizer_path"):
+        value = get(cfg, key)
+        if value is not None and not Path(value).is_dir():
+            problems.append(f"{key} = {value!r}: directory not found")
+    if cfg.model.path is not None and Path(cfg.model.path).is_dir():
+        if not (Path(cfg.model.path) / "config.json").is_file():
+            problems.append(f"model.path = {cfg.model.path!r}: has no config.json (not a Hugging Face model)")
+    for key in ("data.train_path", "data.eval_path"):
+        value = get(cfg, key)
+        if value is not None and not Path(value).is_file():
+            problems.append(f"{key} = {value!r}: file not found")
+    resume = cfg.checkpoint.resume
+    if resume not in ("auto", "never") and not Path(resume).is_dir():
+        problems.append(f"checkpoint.resume = {resume!r}: not 'auto', 'never' or an existing checkpoint directory")
+    return problems
+
+
+def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:
+    """All problems of a config, one line each; empty when it can run."""
+    problems = _ranges_and_choices(cfg)
+    if not problems:  # the structural checks divide by these values
+        problems += _model_and_parallel(cfg)
+        if cfg.device != "cpu":
+            problems += cluster_problems(cfg)
+    if check_files:
+        problems += _files(cfg)
+    return problems
+
+
+def check_world(cfg: ExperimentConfig, world_size: int) -> list[str]:
+    """The MPI world must hold exactly the controller, the trainers and the generators."""
+    if world_size == cfg.world_size:
+        return []
+    return [
+        f"MPI world size {world_size} does not match the config: 1 controller + "
+        f"{cfg.trainer_world} trainer ranks (tp*pp*dp) + {cfg.generator.count} generators"
+        f" (generator.count) = {cfg.world_size}"
+    ]

@@ -1,0 +1,12 @@
+"""Errors caused by the user's input (config, data, model files), as opposed to bugs.
+
+The command line prints a UserError as one message and exits with code 2, without a traceback.
+"""
+
+
+class UserError(Exception):
+    """Bad input that the user can fix; the message names the offending item and the problem."""
+
+
+class ConfigError(UserError):
+    """An experiment configuration that cannot run."""
