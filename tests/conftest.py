@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +26,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny Qwen2 of the CPU profile (random weights, trained tokenizer) as a HF directory."""
+    from areal_hpc.config.load import load_config
+    from areal_hpc.data.tiny_model import build_tiny_model
+
+    cfg = load_config("configs/experiments/tiny-cpu.yaml")
+    return build_tiny_model(cfg.model, tmp_path_factory.mktemp("tiny-qwen2"), seed=0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _repo_root_cwd():
+    """Tests refer to configs/ and friends relative to the repository root."""
+    os.chdir(Path(__file__).resolve().parent.parent)

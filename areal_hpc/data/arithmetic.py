@@ -1,0 +1,72 @@
+"""A synthetic reasoning task for the CPU profile: multi-step integer arithmetic.
+
+Each problem is an expression of 1 to `max_ops` operations; the worked solution rewrites the
+expression one operation at a time (multiplications first, then left to right) and ends in
+\\boxed{answer}. Solution length grows with the number of operations, so a batch mixes very short
+and long sequences, like reasoning traces do.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+PROMPT_TEMPLATE = "Q: {expr} = ?\nA:"
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str
+    # The worked solution that follows the prompt (used for SFT warm start).
+    solution: str
+
+
+def _render(terms: list[int], ops: list[str]) -> str:
+    out = str(terms[0])
+    for op, t in zip(ops, terms[1:]):
+        out += f"{op}{t}"
+    return out
+
+
+def _reduce_once(terms: list[int], ops: list[str]) -> tuple[list[int], list[str]]:
+    """Evaluate one operation: the first multiplication, else the leftmost addition/subtraction."""
+    i = ops.index("*") if "*" in ops else 0
+    a, b, op = terms[i], terms[i + 1], ops[i]
+    value = a * b if op == "*" else a + b if op == "+" else a - b
+    return terms[:i] + [value] + terms[i + 2 :], ops[:i] + ops[i + 1 :]
+
+
+def solve(terms: list[int], ops: list[str]) -> tuple[list[str], int]:
+    """The intermediate expressions after each step, and the final value."""
+    steps = []
+    while ops:
+        terms, ops = _reduce_once(terms, ops)
+        steps.append(_render(terms, ops))
+    return steps, terms[0]
+
+
+def make_problem(rng: random.Random, max_ops: int = 8) -> Problem:
+    # Fewer operations are more likely: many short solutions, a long tail of long ones.
+    n_ops = rng.choices(range(1, max_ops + 1), weights=range(max_ops, 0, -1))[0]
+    terms = [rng.randint(1, 9) for _ in range(n_ops + 1)]
+    ops = [rng.choice("+-*") for _ in range(n_ops)]
+    expr = _render(terms, ops)
+    steps, value = solve(terms, ops)
+    solution = " " + " = ".join(steps) + f" so \\boxed{{{value}}}"
+    return Problem(prompt=PROMPT_TEMPLATE.format(expr=expr), answer=str(value), solution=solution)
+
+
+def make_splits(seed: int, train_size: int, eval_size: int, max_ops: int = 8) -> tuple[list[Problem], list[Problem]]:
+    """Disjoint train and held-out sets (no held-out prompt appears in training)."""
+    rng = random.Random(seed)
+    held_out: dict[str, Problem] = {}
+    while len(held_out) < eval_size:
+        p = make_problem(rng, max_ops)
+        held_out.setdefault(p.prompt, p)
+    train = []
+    while len(train) < train_size:
+        p = make_problem(rng, max_ops)
+        if p.prompt not in held_out:
+            train.append(p)
+    return train, list(held_out.values())

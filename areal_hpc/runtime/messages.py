@@ -1,0 +1,130 @@
+"""Every message exchanged between ranks: the single message schema of the system.
+
+Messages are small dataclasses sent with mpi4py's pickled send/recv. Bulk tensors (weights) never
+travel here; they go through the weight-transfer groups (areal_hpc/rollout/weight_transfer.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class SamplingParams:
+    """How one prompt is sampled (mirrors the rollout section of the config)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    # Seed of this request's sampling; None lets the engine choose.
+    seed: Optional[int] = None
+
+
+@dataclass
+class GenerateRequest:
+    """Controller -> generator: sample `group_size` completions of one prompt."""
+
+    prompt_id: int
+    prompt_ids: list[int]
+    group_size: int
+    sampling: SamplingParams
+    # What the reward service needs: {"kind": "math", "answer": "..."} or
+    # {"kind": "code", "tests": {...inputs/outputs/fn_name...}}.
+    reward_spec: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """Generator -> controller: one finished, scored sample.
+
+    `logprobs[i]` and `versions[i]` belong to `output_ids[i]`: the log-probability under, and the
+    policy version of, the weights that sampled that token. One trajectory may span versions when
+    a weight update interrupted it.
+    """
+
+    prompt_id: int
+    sample_index: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: str
+    reward: float = 0.0
+    reward_reason: str = ""
+    # Seconds from submission to the last token, and to the reward.
+    generate_s: float = 0.0
+    reward_s: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def oldest_version(self) -> int:
+        return min(self.versions) if self.versions else -1
+
+
+@dataclass
+class TrainBatch:
+    """Controller -> trainer leader: the trajectories of one training step."""
+
+    step: int
+    trajectories: list[Trajectory]
+
+
+@dataclass
+class StepDone:
+    """Trainer leader -> controller: the step finished and the policy is now `version`."""
+
+    version: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class UpdateWeights:
+    """Controller -> trainer stage leaders and generators: move `version`'s weights now."""
+
+    version: int
+
+
+@dataclass
+class WeightsLoaded:
+    """Generator -> controller: the engine serves `version` (with timing of pause to resume)."""
+
+    generator_rank: int
+    version: int
+    seconds: float
+    checksums: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SaveCheckpoint:
+    """Controller -> trainer leader: write the trainer's part of checkpoint `path`."""
+
+    path: str
+    step: int
+
+
+@dataclass
+class CheckpointSaved:
+    """Trainer leader -> controller: the trainer's part of `path` is complete."""
+
+    path: str
+
+
+@dataclass
+class Shutdown:
+    """Controller -> every rank: stop cleanly."""
+
+    reason: str = "done"
+
+
+@dataclass
+class WorkerFailed:
+    """Any rank -> controller: an exception ended this rank's work."""
+
+    rank: int
+    role: str
+    reason: str
