@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence, get_type_hints
+from typing import Any, get_type_hints
 
 import yaml
 from omegaconf import OmegaConf

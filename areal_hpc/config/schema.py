@@ -8,7 +8,6 @@ configs/experiments/.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass
@@ -19,9 +18,9 @@ class ModelConfig:
     name: str = "tiny-qwen2"
     # Directory of a Hugging Face checkpoint (config.json + safetensors). When set, its weights
     # initialise the trainer and the generators; the shape fields below must match its config.
-    path: Optional[str] = None
+    path: str | None = None
     # Tokenizer directory; defaults to `path`.
-    tokenizer_path: Optional[str] = None
+    tokenizer_path: str | None = None
     vocab_size: int = 512
     hidden_size: int = 128
     intermediate_size: int = 384
@@ -114,9 +113,9 @@ class PPOConfig:
     # Clip range epsilon of the PPO ratio.
     clip_eps: float = 0.2
     # Dual-clip constant c (> 1) bounding the loss for negative advantages; null disables it.
-    dual_clip: Optional[float] = None
+    dual_clip: float | None = None
     # Tokens whose behaviour importance weight pi_prox / pi_behav exceeds this are masked out.
-    behav_imp_weight_cap: Optional[float] = 5.0
+    behav_imp_weight_cap: float | None = 5.0
     # PPO minibatches (optimizer steps) per training step.
     minibatches: int = 4
     # Decoupled objective (recompute pi_prox); false gives standard PPO with pi_prox = pi_behav.
@@ -145,9 +144,9 @@ class DataConfig:
     """Prompt data: JSON lines or Parquet rows with a prompt and an answer field."""
 
     # Training prompts; null uses the built-in synthetic arithmetic task (CPU profile).
-    train_path: Optional[str] = None
+    train_path: str | None = None
     # Held-out prompts for evaluation; null uses a held-out split of the synthetic task.
-    eval_path: Optional[str] = None
+    eval_path: str | None = None
     prompt_key: str = "prompt"
     answer_key: str = "answer"
     # Shuffle the training prompts once per epoch with the experiment seed.

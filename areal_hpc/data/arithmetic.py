@@ -24,7 +24,7 @@ class Problem:
 
 def _render(terms: list[int], ops: list[str]) -> str:
     out = str(terms[0])
-    for op, t in zip(ops, terms[1:]):
+    for op, t in zip(ops, terms[1:], strict=True):
         out += f"{op}{t}"
     return out
 

@@ -6,8 +6,8 @@ task; transformers and vLLM load the result like any other checkpoint's tokenize
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"

@@ -7,7 +7,7 @@ travel here; they go through the weight-transfer groups (areal_hpc/rollout/weigh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 
 @dataclass
@@ -19,7 +19,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     # Seed of this request's sampling; None lets the engine choose.
-    seed: Optional[int] = None
+    seed: int | None = None
 
 
 @dataclass
