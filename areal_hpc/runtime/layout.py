@@ -1,0 +1,71 @@
+"""Who runs where: the rank -> role -> SLURM component -> node -> GPU map of one experiment.
+
+Pure and computed from the config alone, so the launcher, `areal-hpc slurm plan` and the tests all
+agree. Order of MPI ranks (as `srun --het-group=0,1` numbers them): rank 0 the controller, then
+the trainer ranks, all in component 0 (training partition); then the generator ranks in
+component 1 (rollout partition). Trainer rank r is (tp, pp, dp) position r of Megatron's order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from areal_hpc.config.schema import ExperimentConfig
+
+CONTROLLER_RANK = 0
+
+
+class Role(StrEnum):
+    CONTROLLER = "controller"
+    TRAINER = "trainer"
+    GENERATOR = "generator"
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    role: Role
+    # Index among the ranks of the same role (trainer rank in the trainer group, generator index).
+    index: int
+    # SLURM het-job component: 0 = training partition, 1 = rollout partition.
+    component: int
+    # Node index within the component.
+    node: int
+    # GPU indices on that node (empty for the controller and for the CPU profile).
+    gpus: tuple[int, ...]
+
+
+def role_of(cfg: ExperimentConfig, rank: int) -> tuple[Role, int]:
+    """The role of an MPI rank and its index among ranks of that role."""
+    if rank == CONTROLLER_RANK:
+        return Role.CONTROLLER, 0
+    if rank <= cfg.trainer_world:
+        return Role.TRAINER, rank - 1
+    if rank < cfg.world_size:
+        return Role.GENERATOR, rank - 1 - cfg.trainer_world
+    raise ValueError(f"rank {rank} is outside the world of {cfg.world_size} ranks")
+
+
+def trainer_ranks(cfg: ExperimentConfig) -> list[int]:
+    return list(range(1, 1 + cfg.trainer_world))
+
+
+def generator_ranks(cfg: ExperimentConfig) -> list[int]:
+    return list(range(1 + cfg.trainer_world, cfg.world_size))
+
+
+def plan(cfg: ExperimentConfig, with_gpus: bool = True) -> list[Placement]:
+    """Placement of every rank. Without GPUs (CPU profile) all ranks share one node per component."""
+    gpn = cfg.cluster.gpus_per_node
+    tp_gen = cfg.generator.tensor_parallel_size
+    out = [Placement(CONTROLLER_RANK, Role.CONTROLLER, 0, 0, 0, ())]
+    for i, rank in enumerate(trainer_ranks(cfg)):
+        node, local = divmod(i, gpn) if with_gpus else (0, 0)
+        out.append(Placement(rank, Role.TRAINER, i, 0, node, (local,) if with_gpus else ()))
+    per_node = gpn // tp_gen if with_gpus else 1
+    for i, rank in enumerate(generator_ranks(cfg)):
+        node, slot = divmod(i, per_node) if with_gpus else (0, 0)
+        gpus = tuple(range(slot * tp_gen, (slot + 1) * tp_gen)) if with_gpus else ()
+        out.append(Placement(rank, Role.GENERATOR, i, 1, node, gpus))
+    return out
