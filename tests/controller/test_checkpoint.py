@@ -1,0 +1,64 @@
+"""Checkpoint directories: completeness marker, `resume: auto`, pruning, controller state."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from areal_hpc.config.load import load_config
+from areal_hpc.controller import checkpoint as ck
+from areal_hpc.errors import UserError
+
+
+def make(root, step: int, complete: bool):
+    d = ck.step_dir(root, step)
+    ck.trainer_dir(d).mkdir(parents=True)
+    if complete:
+        ck.mark_complete(d)
+    return d
+
+
+def test_latest_complete_ignores_incomplete_and_prune_keeps_the_newest(tmp_path):
+    assert ck.latest_complete(tmp_path / "none") is None
+    make(tmp_path, 10, True)
+    make(tmp_path, 20, True)
+    make(tmp_path, 25, False)  # killed while writing
+    make(tmp_path, 30, True)
+    make(tmp_path, 40, False)  # being written now
+    assert ck.latest_complete(tmp_path) == ck.step_dir(tmp_path, 30)
+    deleted = ck.prune(tmp_path, keep_last=2)
+    assert sorted(p.name for p in deleted) == ["step-00000010", "step-00000025"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000020", "step-00000030", "step-00000040"]
+
+
+def test_resume_modes(tmp_path):
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", [f"logging.dir={tmp_path}"])
+    assert ck.resume_from(cfg) is None
+    d = make(ck.root_dir(cfg), 10, True)
+    make(ck.root_dir(cfg), 20, False)
+    assert ck.resume_from(cfg) == d
+    cfg.checkpoint.resume = "never"
+    assert ck.resume_from(cfg) is None
+    cfg.checkpoint.resume = str(ck.step_dir(ck.root_dir(cfg), 20))
+    with pytest.raises(UserError, match="not a complete checkpoint"):
+        ck.resume_from(cfg)
+
+
+def test_controller_state_round_trip_with_rng(tmp_path):
+    rng = random.Random(5)
+    rng.random()
+    state = ck.ControllerState(
+        version=3,
+        staleness={"version": 3, "accepted": 40, "running": 0},
+        stream={"position": 50, "returned": [44, 47]},
+        buffer={"seq": 50, "ready": []},
+        rng=ck.rng_state(rng),
+        counters={"trained_tokens": 1234.0},
+    )
+    state.save(tmp_path)
+    loaded = ck.ControllerState.load(tmp_path)
+    assert loaded == state
+    other = random.Random()
+    ck.set_rng_state(other, loaded.rng)
+    assert other.random() == rng.random()

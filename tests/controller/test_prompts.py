@@ -1,0 +1,91 @@
+"""Prompt data: JSON lines / JSON / Parquet loading with row numbers in errors; the prompt stream."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from areal_hpc.config.schema import DataConfig
+from areal_hpc.data.prompts import DataError, PromptRow, load_prompts, train_and_eval_prompts
+from areal_hpc.data.stream import PromptStream
+
+
+def test_jsonl_rows_and_numeric_answers(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "1+1?", "answer": 2}\n\n{"prompt": "2+2?", "answer": "4", "extra": 1}\n')
+    assert load_prompts(f) == [PromptRow("1+1?", "2"), PromptRow("2+2?", "4")]
+
+
+@pytest.mark.parametrize(
+    "lines, fragment",
+    [
+        (['{"prompt": "a", "answer": "1"}', '{"prompt": "b", "answer": 2', ""], "line 2: not valid JSON"),
+        (['{"prompt": "a", "answer": "1"}', "", '{"prompt": "b"}'], "line 3: missing field 'answer'"),
+        (['{"prompt": 5, "answer": "1"}'], "line 1: field 'prompt' must be a non-empty string"),
+        (['["a", "1"]'], "line 1: expected an object"),
+    ],
+)
+def test_malformed_jsonl_names_the_line(tmp_path, lines, fragment):
+    f = tmp_path / "bad.jsonl"
+    f.write_text("\n".join(lines))
+    with pytest.raises(DataError, match=fragment):
+        load_prompts(f)
+
+
+def test_json_array_and_custom_keys(tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps([{"problem": "x?", "solution": "3"}, {"problem": "y?"}]))
+    with pytest.raises(DataError, match="row 2: missing field 'solution'"):
+        load_prompts(f, "problem", "solution")
+
+
+def test_parquet(tmp_path):
+    f = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"prompt": ["a?", "b?"], "answer": ["1", None]}), f)
+    with pytest.raises(DataError, match="row 2: missing field 'answer'"):
+        load_prompts(f)
+    pq.write_table(pa.table({"question": ["a?"]}), f)
+    with pytest.raises(DataError, match="no column 'prompt'"):
+        load_prompts(f)
+    pq.write_table(pa.table({"prompt": ["a?"], "answer": [7]}), f)
+    assert load_prompts(f) == [PromptRow("a?", "7")]
+
+
+def test_unknown_suffix_missing_and_empty_files(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        load_prompts(tmp_path / "nope.jsonl")
+    (tmp_path / "d.csv").write_text("prompt,answer\n")
+    with pytest.raises(DataError, match="unknown format"):
+        load_prompts(tmp_path / "d.csv")
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(DataError, match="no rows"):
+        load_prompts(tmp_path / "e.jsonl")
+
+
+def test_synthetic_default_and_file_override(tmp_path):
+    data = DataConfig(synthetic_train_size=20, synthetic_eval_size=5)
+    train, held_out = train_and_eval_prompts(data, seed=1)
+    assert len(train) == 20 and len(held_out) == 5
+    assert not {r.prompt for r in train} & {r.prompt for r in held_out}
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"prompt": "p", "answer": "a"}\n')
+    data.train_path = str(f)
+    assert train_and_eval_prompts(data, seed=1)[0] == [PromptRow("p", "a")]
+
+
+def test_stream_is_reproducible_covers_each_epoch_and_reissues_returned_ids():
+    s = PromptStream(5, seed=3)
+    ids = [s.next() for _ in range(10)]
+    assert ids == list(range(10))
+    assert sorted(s.index(i) for i in range(5)) == list(range(5))
+    assert sorted(s.index(i) for i in range(5, 10)) == list(range(5))
+    assert [s.index(i) for i in range(10)] == [PromptStream(5, seed=3).index(i) for i in range(10)]
+    s.give_back([2, 7])
+    state = s.state_dict()
+    t = PromptStream(5, seed=3)
+    t.load_state_dict(state)
+    assert [t.next() for _ in range(3)] == [2, 7, 10]
+    assert [PromptStream(4, 0, shuffle=False).index(i) for i in range(6)] == [0, 1, 2, 3, 0, 1]
