@@ -1,0 +1,114 @@
+"""The end of a run: a summary table on the terminal and a PNG of reward and throughput."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+SUMMARY_FILE = "summary.json"
+PLOT_FILE = "summary.png"
+
+
+def _mean(records: list[dict], key: str, skip_first: bool = False) -> float | None:
+    values = [r[key] for r in records if key in r]
+    if skip_first and len(values) > 1:  # the first step includes filling the pipeline
+        values = values[1:]
+    return mean(values) if values else None
+
+
+def summarize(records: list[dict]) -> dict[str, float | None]:
+    """Headline numbers of a run from its metrics records (pure)."""
+    steps = [r for r in records if "trained_tokens" in r]
+    evals = [r for r in records if "eval_accuracy" in r]
+    hist: dict[str, float] = {}
+    for r in steps:
+        for k, v in r.items():
+            if k.startswith("staleness_hist/"):
+                hist[k] = hist.get(k, 0.0) + v
+    out = {
+        "steps": float(steps[-1]["step"]) if steps else 0.0,
+        "wall_s": steps[-1].get("elapsed_s") if steps else None,
+        "eval_accuracy_first": evals[0]["eval_accuracy"] if evals else None,
+        "eval_accuracy_last": evals[-1]["eval_accuracy"] if evals else None,
+        "reward_mean_first": steps[0]["reward_mean"] if steps else None,
+        "reward_mean_last": steps[-1]["reward_mean"] if steps else None,
+        "effective_tokens_per_s": _mean(steps, "effective_tokens_per_s", skip_first=True),
+        "generated_tokens_per_s": _mean(steps, "generated_tokens_per_s", skip_first=True),
+        "weight_sync_s": _mean(steps, "weight_sync_s"),
+        "trainer_idle_fraction": _mean(steps, "trainer_idle_fraction", skip_first=True),
+        "generator_idle_fraction": _mean(steps, "generator_idle_fraction", skip_first=True),
+        "staleness_max": max((r["staleness_max"] for r in steps), default=None),
+    }
+    out.update(dict(sorted(hist.items())))
+    return out
+
+
+LABELS = {
+    "steps": "training steps",
+    "wall_s": "wall time (s)",
+    "eval_accuracy_first": "held-out accuracy, start",
+    "eval_accuracy_last": "held-out accuracy, end",
+    "reward_mean_first": "reward mean, first step",
+    "reward_mean_last": "reward mean, last step",
+    "effective_tokens_per_s": "effective throughput (trained tok/s)",
+    "generated_tokens_per_s": "generation throughput (tok/s)",
+    "weight_sync_s": "weight sync (s/step)",
+    "trainer_idle_fraction": "trainer idle fraction",
+    "generator_idle_fraction": "generator idle fraction",
+    "staleness_max": "max staleness trained",
+}
+
+
+def print_table(summary: dict[str, float | None], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        label = LABELS.get(key, key.replace("staleness_hist/", "trajectories with staleness "))
+        table.add_row(label, "-" if value is None else f"{value:.4g}")
+    Console(stderr=True).print(table)
+
+
+def plot(records: list[dict], path: str | Path, title: str) -> Path:
+    """Reward, accuracy and effective throughput against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r for r in records if "trained_tokens" in r]
+    evals = [r for r in records if "eval_accuracy" in r]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([r["step"] for r in steps], [r["reward_mean"] for r in steps], label="reward mean (train)")
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("reward")
+    acc = ax1.twinx()
+    acc.plot([r["step"] for r in steps], [r["accuracy"] for r in steps], "C1", alpha=0.6, label="accuracy (train)")
+    acc.plot([r["step"] for r in evals], [r["eval_accuracy"] for r in evals], "C2o-", label="accuracy (held-out)")
+    acc.set_ylabel("accuracy")
+    acc.set_ylim(0, 1)
+    ax1.legend(loc="upper left")
+    acc.legend(loc="lower right")
+    ax2.plot([r["elapsed_s"] for r in steps], [r["effective_tokens_per_s"] for r in steps], label="effective")
+    ax2.plot([r["elapsed_s"] for r in steps], [r["generated_tokens_per_s"] for r in steps], label="generated")
+    ax2.set_xlabel("wall time (s)")
+    ax2.set_ylabel("tokens / s")
+    ax2.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def finish(run_dir: str | Path, records: list[dict], title: str) -> tuple[dict, Path]:
+    """Write summary.json and summary.png into the run directory and print the table."""
+    summary = summarize(records)
+    (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    print_table(summary, title)
+    return summary, plot(records, Path(run_dir) / PLOT_FILE, title)

@@ -1,0 +1,73 @@
+"""Metrics: batch statistics, busy clocks, the JSON-lines/TensorBoard writer, the final report."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from areal_hpc.metrics.batch import batch_stats, staleness_histogram
+from areal_hpc.metrics.clock import BusyClock
+from areal_hpc.metrics.progress import Progress, summary_line
+from areal_hpc.metrics.report import finish, summarize
+from areal_hpc.metrics.writer import MetricsWriter, read_metrics
+from areal_hpc.runtime.messages import Trajectory
+
+
+def traj(versions: list[int], reward: float, n_out: int = 3, finish: str = "stop") -> Trajectory:
+    return Trajectory(0, 0, [1, 2], list(range(n_out)), [0.0] * n_out, versions, finish, reward=reward)
+
+
+def test_batch_stats():
+    batch = [traj([3, 3, 4], 5.0), traj([4, 4, 4], -5.0), traj([2, 4, 4], -5.0, 5, "length")]
+    assert staleness_histogram(batch, 4) == {0: 1, 1: 1, 2: 1}
+    s = batch_stats(batch, version=4, correct_reward=5.0)
+    assert s["reward_mean"] == pytest.approx(-5 / 3)
+    assert s["accuracy"] == pytest.approx(1 / 3)
+    assert s["trained_tokens"] == 2 + 3 + 2 + 3 + 2 + 5
+    assert s["staleness_max"] == 2 and s["staleness_mean"] == 1
+    assert s["truncated_fraction"] == pytest.approx(1 / 3)
+    assert s["staleness_hist/2"] == 1
+    with pytest.raises(ValueError):
+        batch_stats([], 0, 5.0)
+
+
+def test_busy_clock_idle_fraction():
+    c = BusyClock(now=0.0)
+    c.set(True, 1.0)
+    c.set(True, 2.0)  # already busy: no effect
+    c.set(False, 3.0)
+    assert c.idle_fraction(4.0) == pytest.approx(0.5)
+    c.set(True, 5.0)
+    assert c.busy_seconds(6.0) == pytest.approx(3.0)
+    assert c.idle_fraction(8.0) == pytest.approx(0.25)  # busy 5..8 of 4..8
+
+
+def test_writer_resume_drops_later_steps_and_report(tmp_path):
+    w = MetricsWriter(tmp_path, tensorboard=True)
+    w.write(0, {"eval_accuracy": 0.2})
+    for step in (1, 2, 3):
+        w.write(step, {"trained_tokens": 10.0, "reward_mean": step, "accuracy": 0.1 * step,
+                       "effective_tokens_per_s": 100.0 * step, "generated_tokens_per_s": 50.0,
+                       "elapsed_s": float(step), "staleness_max": 1.0, "staleness_hist/1": 4.0})
+    w.close()
+    assert list((tmp_path / "tensorboard").iterdir())
+    w = MetricsWriter(tmp_path, tensorboard=False, resume_step=2)
+    w.write(3, {"eval_accuracy": 0.5})
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    s = summarize(records)
+    assert s["eval_accuracy_first"] == 0.2 and s["eval_accuracy_last"] == 0.5
+    assert s["effective_tokens_per_s"] == 200.0  # first step skipped
+    assert s["staleness_hist/1"] == 8.0
+    summary, png = finish(tmp_path, records, "test")
+    assert png.stat().st_size > 1000 and (tmp_path / "summary.json").is_file()
+
+
+def test_progress_without_terminal_prints_lines():
+    out = io.StringIO()
+    p = Progress(total=5, stream=out)
+    p.update(1, {"reward_mean": 1.5, "accuracy": 0.25})
+    p.close()
+    assert out.getvalue() == "step 1/5 | reward +1.50 | acc 0.25\n"
+    assert summary_line(2, 5, {}) == "step 2/5"
