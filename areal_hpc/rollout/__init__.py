@@ -1,0 +1,1 @@
+"""Generation: vLLM generator ranks and the weight transfer from trainers to them."""
