@@ -1,0 +1,121 @@
+"""Every workaround that lets megatron-core 0.16.1 run on a machine without CUDA, in one place.
+
+megatron-core assumes a GPU in a handful of places (measured in ../shared/notes/megatron-cpu.md).
+Each fix below names the megatron-core file:line it answers (paths under `megatron/core/`, line
+numbers of 0.16.1). Nothing here runs when CUDA is available: `apply()` and `seed()` return at
+once and `cuda_as_cpu()` is a no-op context, so the GPU profile runs megatron-core unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_applied = False
+
+
+def needed() -> bool:
+    return not torch.cuda.is_available()
+
+
+def apply() -> None:
+    """Process-wide patches of `torch.cuda`; idempotent; call before building any Megatron module."""
+    global _applied
+    if _applied or not needed():
+        return
+    # torch.cuda.current_device() is passed as `device=` when megatron allocates tensors:
+    # models/common/embeddings/rotary_pos_embedding.py:162, pipeline_parallel/p2p_communication.py:321,
+    # distributed/param_and_grad_buffer.py:800/806, utils.py:631, tensor_parallel/layers.py:552,
+    # tensor_parallel/mappings.py:141/181. On a CPU-only torch it raises; answer "cpu".
+    torch.cuda.current_device = lambda: torch.device("cpu")
+    # pipeline_parallel/p2p_communication.py:398 synchronises the device after batched p2p.
+    torch.cuda.synchronize = lambda device=None: None
+    _applied = True
+
+
+class _CpuRNGStatesTracker:
+    """The CPU stand-in for tensor_parallel/random.py's CudaRNGStatesTracker.
+
+    Its add() (random.py:235) and fork() (random.py:250-277) read and write the CUDA generator.
+    Megatron forks the tracker around dropout with sequence parallelism
+    (transformer/transformer_block.py:707, models/common/embeddings/language_model_embedding.py:145);
+    here a fork swaps the CPU generator's state instead.
+    """
+
+    def __init__(self) -> None:
+        self.states_: dict[str, torch.Tensor] = {}
+
+    def is_initialized(self) -> bool:
+        return bool(self.states_)
+
+    def add(self, name: str, seed: int) -> None:
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self.states_ = dict(states)
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng") -> Iterator[None]:
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+
+def seed(seed: int, tp_rank: int) -> None:
+    """Install the CPU RNG tracker seeded like megatron's model_parallel_cuda_manual_seed.
+
+    tensor_parallel/random.py:422 (model_parallel_cuda_manual_seed) seeds CUDA generators; on CPU
+    the default generator takes the data-parallel seed and the tracker the tensor-parallel one.
+    """
+    if not needed():
+        return
+    from megatron.core.tensor_parallel import random as mrandom
+
+    torch.manual_seed(seed)
+    tracker = _CpuRNGStatesTracker()
+    tracker.add(mrandom._DATA_PARALLEL_RNG_TRACKER_NAME, seed)
+    tracker.add(mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME, seed + 2718 + tp_rank)
+    mrandom._CUDA_RNG_STATE_TRACKER = tracker
+    mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+
+
+def _is_cuda(device: object) -> bool:
+    return (isinstance(device, str) and device.startswith("cuda")) or (
+        isinstance(device, torch.device) and device.type == "cuda"
+    )
+
+
+class _CudaAsCpu(TorchFunctionMode):
+    """Runs megatron code that hard-codes the CUDA device on CPU tensors instead.
+
+    Answers device="cuda" in pipeline_parallel/schedules.py:596 and :2138,
+    optimizer/optimizer.py:481/485/907, optimizer/clip_grads.py:103/174, utils.py:1207, and the
+    `tensor.type() == "torch.cuda.FloatTensor"` checks of optimizer/clip_grads.py:167 and
+    optimizer/distrib_optimizer.py:361/420/582 (which would reject fp32 CPU parameters at :431).
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name.replace("torch.", "torch.cuda.", 1) if args[0].device.type == "cpu" else name
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if _is_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}
+        return func(*args, **kwargs)
+
+
+def cuda_as_cpu() -> contextlib.AbstractContextManager:
+    """Context for megatron calls that name the CUDA device (see _CudaAsCpu); no-op with CUDA."""
+    return _CudaAsCpu() if needed() else contextlib.nullcontext()

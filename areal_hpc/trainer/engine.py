@@ -1,0 +1,462 @@
+"""TrainEngine: one trainer rank's Megatron-core model, optimizer and training steps.
+
+Built on every trainer rank after `parallel.init_trainer_world`. Every public method is collective:
+all trainer ranks call it with the same arguments (the full batch; each data-parallel rank takes
+its own token-balanced share deterministically), and every rank returns the same metrics.
+
+A training step (the AReaL paper's decoupled PPO):
+1. advantages from the rewards of the whole batch (cfg.ppo.adv_norm);
+2. the batch is cut into cfg.ppo.minibatches token-balanced minibatches, each minibatch into one
+   share per data-parallel rank, each share into packed, padding-free micro-batches (Algorithm 1);
+3. pi_prox: one no-grad forward pass over the whole batch with the weights before the step;
+4. per minibatch: Megatron's forward-backward schedule (1F1B when pipelined) on the decoupled
+   PPO loss, normalised by the output tokens of the whole minibatch, then one optimizer step.
+The policy version then goes up by one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from areal_hpc.config.hf import read_hf_config, shape_mismatches
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.runtime.messages import Trajectory
+from areal_hpc.trainer import checkpoint, cpu_compat, hf_export
+from areal_hpc.trainer.advantages import compute_advantages
+from areal_hpc.trainer.convert import stage_rules, to_shard
+from areal_hpc.trainer.errors import BatchError, WeightsError
+from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
+from areal_hpc.trainer.microbatch import PackedMicroBatch, TokenSequence, pack
+from areal_hpc.trainer.model import DTYPES, build_gpt
+from areal_hpc.trainer.packing import allocate_micro_batches, split_balanced
+from areal_hpc.trainer.parallel import rank_info, resolve_device
+from areal_hpc.trainer.ppo_loss import decoupled_ppo_terms, sft_loss_terms
+
+# Sums reduced over ranks for the metrics of a step, and maxima.
+_SUMS = ("loss", "tokens", "clipped", "capped", "behav_weight", "approx_kl", "mismatch", "mismatch_tokens")
+_MAXES = ("behav_weight_max", "mismatch_max")
+
+
+class TrainEngine:
+    """The trainer of one rank; see the module docstring for what a step does."""
+
+    def __init__(self, cfg: ExperimentConfig):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        self.cfg = cfg
+        self.device = resolve_device(cfg)
+        self.ranks = rank_info()
+        r = self.ranks
+        self.model = build_gpt(cfg, self.device, r.first_stage, r.last_stage)
+        self.rules = stage_rules(cfg.model, r.pp_rank, r.pp_size, te_names=self.device == "cuda")
+        self._check_rules()
+        t, o = cfg.trainer, cfg.optimizer
+        dtype = DTYPES[t.params_dtype]
+        with cpu_compat.cuda_as_cpu():
+            self.ddp = DistributedDataParallel(
+                self.model.config,
+                DistributedDataParallelConfig(
+                    grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                    use_distributed_optimizer=t.distributed_optimizer,
+                ),
+                module=self.model,
+            )
+            self.optimizer = get_megatron_optimizer(
+                OptimizerConfig(
+                    optimizer="adam", lr=o.lr, min_lr=o.lr, weight_decay=o.weight_decay,
+                    adam_beta1=o.beta1, adam_beta2=o.beta2, adam_eps=o.eps, clip_grad=o.grad_clip,
+                    bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16, params_dtype=dtype,
+                    use_distributed_optimizer=t.distributed_optimizer,
+                ),
+                [self.ddp],
+            )
+        config = self.model.config
+        config.finalize_model_grads_func = finalize_model_grads
+        config.no_sync_func = self.ddp.no_sync
+        if dtype == torch.float16:
+            config.grad_scale_func = self.optimizer.scale_loss
+        self.total_steps = cfg.total_steps
+        self.scheduler = self._make_scheduler(cfg.total_steps)
+        # Policy version: training steps taken (SFT steps do not count).
+        self.version = 0
+        self.optimizer_steps = 0
+        self._hf_source: Path | None = None
+        self._hf_token_ids: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- layout
+
+    @property
+    def is_stage_leader(self) -> bool:
+        """tp_rank 0 of data-parallel replica 0: receives full tensors from iter_hf_weights."""
+        return self.ranks.stage_leader
+
+    def _check_rules(self) -> None:
+        params = {n for n, _ in self.model.named_parameters()}
+        mapped = {rule.megatron for rule in self.rules}
+        if params != mapped:
+            raise RuntimeError(
+                f"weight mapping out of step with the model: unmapped {sorted(params - mapped)},"
+                f" absent {sorted(mapped - params)}"
+            )
+
+    def _make_scheduler(self, total_steps: int):
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        o = self.cfg.optimizer
+        updates = max(1, total_steps * self.cfg.ppo.minibatches)
+        warmup = round(o.warmup_ratio * updates)
+        # Linear warmup from lr / (warmup + 1), so that no step runs with a zero learning rate.
+        return OptimizerParamScheduler(
+            self.optimizer, init_lr=o.lr / (warmup + 1), max_lr=o.lr, min_lr=o.lr,
+            lr_warmup_steps=warmup, lr_decay_steps=max(updates, warmup + 1), lr_decay_style="constant",
+            start_wd=o.weight_decay, end_wd=o.weight_decay, wd_incr_steps=updates,
+            wd_incr_style="constant",
+        )
+
+    def _set_total_steps(self, total_steps: int) -> None:
+        if total_steps == self.total_steps:
+            return
+        self.total_steps = total_steps
+        o, s = self.cfg.optimizer, self.scheduler
+        updates = max(1, total_steps * self.cfg.ppo.minibatches)
+        s.lr_warmup_steps = round(o.warmup_ratio * updates)
+        s.init_lr = o.lr / (s.lr_warmup_steps + 1)
+        s.lr_decay_steps = max(updates, s.lr_warmup_steps + 1)
+        s.wd_incr_steps = updates
+        s.step(0)
+
+    # ---------------------------------------------------------------- weights in and out
+
+    def load_hf(self, path: str | Path) -> None:
+        """Load a Hugging Face Qwen2 checkpoint into this rank's shards (reading only those)."""
+        path = Path(path)
+        hf = read_hf_config(path)
+        problems = shape_mismatches(self.cfg.model, hf)
+        if problems:
+            raise WeightsError(f"{path}/config.json does not match the model config: " + "; ".join(problems))
+        ckpt = HFCheckpoint(path)
+        ckpt.check(self.cfg.model)
+        params = dict(self.model.named_parameters())
+        r = self.ranks
+        with torch.no_grad():
+            for rule in self.rules:
+                shard = to_shard(rule, [ckpt.get(n) for n in rule.hf], self.cfg.model, r.tp_rank, r.tp_size)
+                params[rule.megatron].copy_(shard)
+        self.optimizer.reload_model_params()
+        self._hf_source = path
+        self._hf_token_ids = {k: hf[k] for k in ("bos_token_id", "eos_token_id") if hf.get(k) is not None}
+
+    def iter_hf_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """This pipeline stage's full tensors by Hugging Face name, in buckets of ~bucket_bytes.
+
+        Collective over the stage's tensor-parallel group: every TP rank of the stage must iterate
+        it in step. Every rank gets the same number of buckets; only the stage leader's
+        (is_stage_leader) hold tensors, the others are empty lists. Data-parallel replicas other
+        than the first do no communication. A tensor larger than bucket_bytes is a bucket alone.
+        """
+        return hf_export.stream(self.model, self.rules, self.cfg.model, self.ranks, bucket_bytes)
+
+    def export_hf(self, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
+        """Write a Hugging Face directory (config, sharded safetensors + index, tokenizer files).
+
+        Collective over all trainer ranks. Stage leaders write their own stage's files, so no rank
+        holds the whole model. Tokenizer files come from `tokenizer_dir`, else
+        cfg.model.tokenizer_path, else the directory given to load_hf.
+        """
+        source = tokenizer_dir or self.cfg.model.tokenizer_path or self._hf_source
+        dtype = DTYPES[self.cfg.trainer.params_dtype]
+        return hf_export.export(
+            Path(out_dir), self.iter_hf_weights(hf_export.EXPORT_BUCKET_BYTES), self.cfg.model, self.ranks,
+            dtype, self._hf_token_ids, Path(source) if source else None,
+        )
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Megatron distributed checkpoint of model, optimizer, scheduler and step counters."""
+        checkpoint.save(Path(path), self.ddp, self.optimizer, self.scheduler, self._counters())
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        counters = checkpoint.load(Path(path), self.ddp, self.optimizer, self.scheduler)
+        self.version = counters["version"]
+        self.optimizer_steps = counters["optimizer_steps"]
+        self.total_steps = counters["total_steps"]
+
+    def _counters(self) -> dict[str, int]:
+        return {"version": self.version, "optimizer_steps": self.optimizer_steps, "total_steps": self.total_steps}
+
+    # ---------------------------------------------------------------- batches
+
+    def _sequences(self, trajectories: list[Trajectory]) -> list[TokenSequence]:
+        seqs = []
+        budget = self.cfg.trainer.micro_batch_tokens
+        for t in trajectories:
+            where = f"trajectory (prompt_id {t.prompt_id}, sample {t.sample_index})"
+            if not t.prompt_ids or not t.output_ids:
+                raise BatchError(f"{where}: needs at least one prompt and one output token")
+            if not len(t.output_ids) == len(t.logprobs) == len(t.versions):
+                raise BatchError(
+                    f"{where}: {len(t.output_ids)} output tokens but {len(t.logprobs)} logprobs and"
+                    f" {len(t.versions)} versions"
+                )
+            seq = TokenSequence(t.prompt_ids, t.output_ids, {"behav": t.logprobs})
+            if seq.length > budget:
+                raise BatchError(
+                    f"{where}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}"
+                )
+            seqs.append(seq)
+        return seqs
+
+    def _share(self, members: list[int], seqs: list[TokenSequence]) -> list[int]:
+        """This data-parallel rank's token-balanced part of `members`."""
+        dp = self.ranks.dp_size
+        if len(members) < dp:
+            raise BatchError(f"{len(members)} sequences cannot be split across trainer.dp = {dp} ranks")
+        parts = split_balanced([seqs[i].length for i in members], dp)
+        return [members[j] for j in parts[self.ranks.dp_rank]]
+
+    def _micro_batches(self, seqs: list[TokenSequence], members: list[int]) -> list[list[int]]:
+        t = self.cfg.trainer
+        groups = allocate_micro_batches([seqs[i].length for i in members], t.micro_batch_tokens, t.min_micro_batches)
+        return [[members[j] for j in g] for g in groups]
+
+    def _pack(self, seqs: list[TokenSequence], groups: list[list[int]]) -> Iterator[PackedMicroBatch]:
+        multiple = self.ranks.tp_size if self.cfg.trainer.sequence_parallel else 1
+        for g in groups:
+            yield pack(seqs, g, self.device, multiple)
+
+    # ---------------------------------------------------------------- forward / backward
+
+    def _token_logprobs(self, output: torch.Tensor, mb: PackedMicroBatch) -> torch.Tensor:
+        """log pi(label) at every position, from vocab-parallel logits [1, T, V/tp]."""
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        logits = output[0].float()
+        temperature = self.cfg.rollout.temperature
+        if temperature not in (0.0, 1.0):
+            logits = logits / temperature
+        return -vocab_parallel_cross_entropy(logits.unsqueeze(1), mb.labels.unsqueeze(1))[:, 0]
+
+    def _run(self, groups: list[list[int]], seqs: list[TokenSequence], loss: Callable, forward_only: bool) -> list:
+        """Megatron's forward-backward schedule over packed micro-batches; per-micro-batch outputs
+        of `loss` on the last pipeline stage, [] elsewhere."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iterator, model):
+            mb = next(data_iterator)
+            output = model(mb.tokens, None, None, packed_seq_params=mb.packed_seq_params())
+            return output, partial(loss, mb)
+
+        longest = max(sum(seqs[i].length for i in g) for g in groups)
+        context = torch.no_grad() if forward_only else torch.enable_grad()
+        with context, cpu_compat.cuda_as_cpu():
+            return get_forward_backward_func()(
+                forward_step_func=forward_step, data_iterator=self._pack(seqs, groups), model=[self.ddp],
+                num_microbatches=len(groups), seq_length=longest, micro_batch_size=1,
+                forward_only=forward_only,
+            )
+
+    def _logprobs_loss(self, mb: PackedMicroBatch, output: torch.Tensor):
+        lp = self._token_logprobs(output, mb).detach().cpu()
+        return torch.zeros(()), {"members": mb.members, "logprobs": mb.per_sequence(lp)}
+
+    def _forward_logprobs(self, seqs: list[TokenSequence], members: list[int]) -> dict[int, torch.Tensor]:
+        """Current-weight log-probs of the output tokens of `members` (last pipeline stage only)."""
+        outputs = self._run(self._micro_batches(seqs, members), seqs, self._logprobs_loss, forward_only=True)
+        return {i: lp for out in outputs for i, lp in zip(out["members"], out["logprobs"], strict=True)}
+
+    def _optimizer_step(self) -> float:
+        with cpu_compat.cuda_as_cpu():
+            _, grad_norm, _ = self.optimizer.step()
+        self.scheduler.step(increment=1)
+        self.optimizer_steps += 1
+        return float(grad_norm) if grad_norm is not None else math.nan
+
+    def _zero_grad(self) -> None:
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+
+    # ---------------------------------------------------------------- reductions
+
+    @property
+    def _reporter(self) -> bool:
+        """One rank per data-parallel replica reports loss statistics (TP ranks hold copies)."""
+        return self.ranks.last_stage and self.ranks.tp_rank == 0
+
+    def _reduce(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+        """Sum / max over all trainer ranks, counting only reporting ranks' values."""
+        keep = 1.0 if self._reporter else 0.0
+        s = torch.tensor([sums.get(k, 0.0) * keep for k in _SUMS], dtype=torch.float64)
+        m = torch.tensor([maxes.get(k, -math.inf) if keep else -math.inf for k in _MAXES], dtype=torch.float64)
+        if dist.get_world_size() > 1:
+            backend_device = "cuda" if self.device == "cuda" else "cpu"
+            s, m = s.to(backend_device), m.to(backend_device)
+            dist.all_reduce(s)
+            dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        return dict(zip(_SUMS, s.tolist(), strict=True)), dict(zip(_MAXES, m.tolist(), strict=True))
+
+    def _gather_logprobs(self, seqs: list[TokenSequence], local: dict[int, torch.Tensor]) -> list[list[float]]:
+        """Every sequence's output log-probs on every rank, from the reporting ranks' parts."""
+        offsets = [0]
+        for s in seqs:
+            offsets.append(offsets[-1] + len(s.output))
+        flat = torch.zeros(offsets[-1], dtype=torch.float64)
+        if self._reporter:
+            for i, lp in local.items():
+                flat[offsets[i]:offsets[i + 1]] = lp.double()
+        if dist.get_world_size() > 1:
+            flat = flat.to("cuda" if self.device == "cuda" else "cpu")
+            dist.all_reduce(flat)
+        values = flat.cpu().tolist()
+        return [values[offsets[i]:offsets[i + 1]] for i in range(len(seqs))]
+
+    # ---------------------------------------------------------------- public steps
+
+    def compute_logprobs(self, trajectories: list[Trajectory]) -> list[list[float]]:
+        """log pi(output token) under the current weights, for every trajectory, on every rank."""
+        seqs = self._sequences(trajectories)
+        local = self._forward_logprobs(seqs, self._share(list(range(len(seqs))), seqs))
+        return self._gather_logprobs(seqs, local)
+
+    def train_step(self, trajectories: list[Trajectory], total_steps: int | None = None) -> dict[str, float]:
+        """One decoupled-PPO training step on the whole batch; version += 1. Returns metrics:
+        loss, clip_fraction, masked_fraction, importance_weight_mean/max, approx_kl, grad_norm,
+        lr, mismatch_mean/max (|generator - pi_prox| log-prob over tokens of the current version),
+        tokens, tokens_per_s, step_s, version."""
+        start = time.perf_counter()
+        if total_steps is not None:
+            self._set_total_steps(total_steps)
+        ppo = self.cfg.ppo
+        seqs = self._sequences(trajectories)
+        adv = compute_advantages(
+            [t.reward for t in trajectories], [t.prompt_id for t in trajectories],
+            [len(t.output_ids) for t in trajectories], ppo.adv_norm,
+        )
+        for s, a in zip(seqs, adv, strict=True):
+            s.values["adv"] = [a] * len(s.output)
+        if len(seqs) < ppo.minibatches:
+            raise BatchError(f"{len(seqs)} trajectories cannot fill ppo.minibatches = {ppo.minibatches}")
+        minibatches = split_balanced([s.length for s in seqs], ppo.minibatches)
+        shares = [self._share(mb, seqs) for mb in minibatches]
+
+        sums: dict[str, float] = {}
+        maxes: dict[str, float] = {}
+        if ppo.decoupled:
+            prox = self._forward_logprobs(seqs, sorted(i for share in shares for i in share))
+            for i, lp in prox.items():
+                seqs[i].values["prox"] = lp.tolist()
+            self._mismatch(trajectories, prox, sums, maxes)
+        for s in seqs:
+            s.values.setdefault("prox", s.values["behav"])
+
+        grad_norms = []
+        for share in shares:
+            self._zero_grad()
+            groups = self._micro_batches(seqs, share)
+            for stats in self._run(groups, seqs, self._ppo_loss, forward_only=False):
+                for k, v in stats.items():
+                    if k in _MAXES:
+                        maxes[k] = max(maxes.get(k, -math.inf), v)
+                    else:
+                        sums[k] = sums.get(k, 0.0) + v
+            grad_norms.append(self._optimizer_step())
+        self.version += 1
+        total, top = self._reduce(sums, maxes)
+        tokens = total["tokens"]
+        kept = tokens - total["capped"]
+        elapsed = time.perf_counter() - start
+        batch_tokens = sum(s.length for s in seqs)
+        metrics = {
+            "loss": total["loss"] / max(tokens, 1.0),
+            "clip_fraction": total["clipped"] / max(kept, 1.0),
+            "masked_fraction": total["capped"] / max(tokens, 1.0),
+            "importance_weight_mean": total["behav_weight"] / max(tokens, 1.0),
+            "importance_weight_max": top["behav_weight_max"],
+            "approx_kl": total["approx_kl"] / max(kept, 1.0),
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "advantage_mean": sum(adv) / len(adv),
+            "output_tokens": tokens,
+            "tokens": float(batch_tokens),
+            "tokens_per_s": batch_tokens / elapsed,
+            "step_s": elapsed,
+            "version": float(self.version),
+        }
+        if ppo.decoupled:
+            metrics["mismatch_tokens"] = total["mismatch_tokens"]
+            metrics["mismatch_mean"] = total["mismatch"] / total["mismatch_tokens"] if total["mismatch_tokens"] else 0.0
+            metrics["mismatch_max"] = max(top["mismatch_max"], 0.0)
+        return metrics
+
+    def _mismatch(self, trajectories: list[Trajectory], prox: dict[int, torch.Tensor], sums: dict, maxes: dict) -> None:
+        """|generator log-prob - pi_prox log-prob| over tokens sampled by the current version."""
+        total, count, top = 0.0, 0, 0.0
+        for i, lp in prox.items():
+            t = trajectories[i]
+            current = torch.tensor([v == self.version for v in t.versions])
+            if current.any():
+                diff = (torch.tensor(t.logprobs, dtype=torch.float64) - lp.double()).abs()[current]
+                total += float(diff.sum())
+                count += int(current.sum())
+                top = max(top, float(diff.max()))
+        sums["mismatch"], sums["mismatch_tokens"], maxes["mismatch_max"] = total, float(count), top
+
+    def _ppo_loss(self, mb: PackedMicroBatch, output: torch.Tensor):
+        ppo = self.cfg.ppo
+        lp = self._token_logprobs(output, mb)
+        on = mb.mask.bool()
+        terms = decoupled_ppo_terms(
+            lp[on], mb.values["prox"][on], mb.values["behav"][on], mb.values["adv"][on], mb.mask[on],
+            clip_eps=ppo.clip_eps, behav_cap=ppo.behav_imp_weight_cap if ppo.decoupled else None,
+            dual_clip=ppo.dual_clip,
+        )
+        stats = {
+            "loss": float(terms.loss.detach()), "tokens": float(terms.tokens), "clipped": float(terms.clipped),
+            "capped": float(terms.capped), "behav_weight": float(terms.behav_weight),
+            "behav_weight_max": float(terms.behav_weight_max), "approx_kl": float(terms.approx_kl),
+        }
+        return terms.loss, terms.tokens.to(torch.int), stats
+
+    def sft_step(self, sequences: list[tuple[list[int], list[int]]]) -> dict[str, float]:
+        """One optimizer step of next-token loss on the completions of (prompt, completion) pairs.
+
+        The whole list is one minibatch; the loss is the mean over all completion tokens."""
+        start = time.perf_counter()
+        budget = self.cfg.trainer.micro_batch_tokens
+        seqs = []
+        for k, (prompt, completion) in enumerate(sequences):
+            if not prompt or not completion:
+                raise BatchError(f"SFT sequence {k}: needs at least one prompt and one completion token")
+            seq = TokenSequence(list(prompt), list(completion))
+            if seq.length > budget:
+                raise BatchError(f"SFT sequence {k}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}")
+            seqs.append(seq)
+        self._zero_grad()
+        groups = self._micro_batches(seqs, self._share(list(range(len(seqs))), seqs))
+        sums: dict[str, float] = {}
+        for stats in self._run(groups, seqs, self._sft_loss, forward_only=False):
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+        grad_norm = self._optimizer_step()
+        total, _ = self._reduce(sums, {})
+        elapsed = time.perf_counter() - start
+        batch_tokens = sum(s.length for s in seqs)
+        return {
+            "loss": total["loss"] / max(total["tokens"], 1.0),
+            "grad_norm": grad_norm,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "tokens": float(batch_tokens),
+            "tokens_per_s": batch_tokens / elapsed,
+            "step_s": elapsed,
+        }
+
+    def _sft_loss(self, mb: PackedMicroBatch, output: torch.Tensor):
+        nll, tokens = sft_loss_terms(self._token_logprobs(output, mb), mb.mask)
+        return nll, tokens.to(torch.int), {"loss": float(nll.detach()), "tokens": float(tokens)}

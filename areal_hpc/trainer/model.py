@@ -1,0 +1,105 @@
+"""A Megatron-core GPTModel shaped as a Qwen2 decoder, for this rank's pipeline stage.
+
+Qwen2 = RMSNorm, SwiGLU MLP, rotary embeddings with the model's theta, grouped-query attention,
+bias on the q/k/v projection only, tied or untied output embedding. On GPU the layers come from
+Transformer Engine's spec; on CPU from megatron's local spec with PackedCoreAttention in place of
+the core attention, so packed (THD) micro-batches run on both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from areal_hpc.config.schema import ExperimentConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def transformer_config(cfg: ExperimentConfig, device: str):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    m, t = cfg.model, cfg.trainer
+    dtype = DTYPES[t.params_dtype]
+    cpu = device == "cpu"
+    return TransformerConfig(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        ffn_hidden_size=m.intermediate_size,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
+        kv_channels=m.head_dim,
+        tensor_model_parallel_size=t.tp,
+        pipeline_model_parallel_size=t.pp,
+        sequence_parallel=t.sequence_parallel,
+        normalization="RMSNorm",
+        layernorm_epsilon=m.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        init_method_std=0.02,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=cpu,
+        gradient_accumulation_fusion=False,
+        masked_softmax_fusion=not cpu,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=not cpu,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        # Packed micro-batches differ in length: pipeline stages exchange shapes first.
+        variable_seq_lengths=True,
+        # No experts; transformer_config.py:1827 rejects the default MoE dispatcher with
+        # variable_seq_lengths even for dense models.
+        moe_token_dispatcher_type="alltoall",
+        # Losses are token sums; finalize_model_grads divides by the tokens of all micro-batches
+        # and data-parallel ranks, giving the token mean over the whole minibatch.
+        calculate_per_token_loss=True,
+    )
+
+
+def layer_spec(device: str):
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+
+    if device == "cuda":
+        return get_gpt_layer_with_transformer_engine_spec()
+    from areal_hpc.trainer.packed_attention import PackedCoreAttention
+
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    attention = spec.submodules.self_attention
+    attention.submodules = dataclasses.replace(attention.submodules, core_attention=PackedCoreAttention)
+    return spec
+
+
+def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage: bool):
+    """The GPTModel of one pipeline stage (unwrapped, on `device`)."""
+    from megatron.core.models.gpt import GPTModel
+
+    from areal_hpc.trainer import cpu_compat
+
+    m = cfg.model
+    with cpu_compat.cuda_as_cpu():
+        model = GPTModel(
+            config=transformer_config(cfg, device),
+            transformer_layer_spec=layer_spec(device),
+            vocab_size=m.vocab_size,
+            max_sequence_length=m.max_position_embeddings,
+            pre_process=first_stage,
+            post_process=last_stage,
+            parallel_output=True,
+            share_embeddings_and_output_weights=m.tie_word_embeddings,
+            position_embedding_type="rope",
+            rotary_percent=1.0,
+            rotary_base=m.rope_theta,
+        )
+    return model.to(device)
