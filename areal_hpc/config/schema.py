@@ -170,6 +170,13 @@ class CodeSandboxConfig:
     max_processes: int = 16
     # Most bytes of standard output kept per test; more fails the test.
     max_output_bytes: int = 1 << 20
+    # Isolation: "auto" (the first that works of the next three), "bwrap" (Bubblewrap namespaces,
+    # read-only system, no network), "unshare" (namespaces without file-system isolation) or
+    # "rlimits" (resource limits and process cleanup only). See areal_hpc/reward/sandbox.py.
+    backend: str = "auto"
+    # Interpreter for candidate programs (standard library only); null: the running Python if the
+    # sandbox can reach it, else /usr/bin/python3.
+    python: str | None = None
 
 
 @dataclass
@@ -185,6 +192,10 @@ class RewardConfig:
     workers: int = 2
     # Seconds allowed for one verification before it counts as wrong.
     timeout_s: float = 10.0
+    # Tasks waiting for a free worker; score() waits while this many are queued (backpressure).
+    max_pending: int = 256
+    # Times a task is resubmitted after its worker process died under it.
+    retries: int = 1
     code: CodeSandboxConfig = field(default_factory=CodeSandboxConfig)
 
 

@@ -16,6 +16,7 @@ CHOICES = {
     "generator.dtype": ("fp32", "bf16", "fp16"),
     "ppo.adv_norm": ("global", "group", "none"),
     "reward.kind": ("math", "code"),
+    "reward.code.backend": ("auto", "bwrap", "unshare", "rlimits"),
     "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
     "cluster.mpi": ("pmix", "pmi2", "none"),
 }
@@ -69,6 +70,8 @@ RANGES = [
     ("data.synthetic_eval_size", lambda v: v >= 1, ">= 1"),
     ("reward.workers", lambda v: v >= 1, ">= 1"),
     ("reward.timeout_s", lambda v: v > 0, "> 0"),
+    ("reward.max_pending", lambda v: v >= 1, ">= 1"),
+    ("reward.retries", lambda v: v >= 0, ">= 0"),
     ("reward.code.per_test_timeout_s", lambda v: v > 0, "> 0"),
     ("reward.code.total_timeout_s", lambda v: v > 0, "> 0"),
     ("reward.code.memory_mb", lambda v: v >= 16, ">= 16"),

@@ -1,0 +1,73 @@
+"""Code reward: the program in a response, run in the sandbox, judged case by case.
+
+The reward is +correct only when every test case passes. By default the run stops at the first
+failing case (the reward is already decided); `stop_early=False` runs them all, so `passed`
+counts every passing case, which is what a user debugging a reward wants.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from areal_hpc.config.schema import RewardConfig
+from areal_hpc.reward.code_extract import extract_code
+from areal_hpc.reward.code_tests import TestSuite
+from areal_hpc.reward.compare import return_matches, shorten, stdout_matches
+from areal_hpc.reward.sandbox import CaseRun, Sandbox
+from areal_hpc.reward.task import CodeTask, Verdict
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def judge_case(case: CaseRun, expected: object, is_call: bool, per_test_timeout_s: float) -> str | None:
+    """Why a case failed, or None if it passed."""
+    if case.timed_out:
+        return f"time limit of {per_test_timeout_s:g} s exceeded"
+    if case.truncated or case.signal == signal.SIGXFSZ:
+        return "output limit exceeded"
+    if case.signal == signal.SIGXCPU:
+        return "CPU time limit exceeded"
+    if case.signal is not None:
+        return f"killed by {signal.Signals(case.signal).name}"
+    if case.exit != 0:
+        detail = _last_line(case.stderr)
+        return f"runtime error: {shorten(detail)}" if detail else f"exit status {case.exit}"
+    if case.strays:
+        return "left processes running after it exited"
+    if is_call:
+        try:
+            value = json.loads(case.output)
+        except json.JSONDecodeError:
+            return "the return value could not be read back"
+        if not return_matches(value, expected):
+            return f"wrong answer: expected {shorten(expected)}, got {shorten(value)}"
+    elif not stdout_matches(case.output, str(expected)):
+        return f"wrong answer: expected {shorten(str(expected).strip())!r}, got {shorten(case.output.strip())!r}"
+    return None
+
+
+def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_early: bool = True) -> Verdict:
+    """Score one response: +correct if its program passes every test case, else wrong."""
+    suite: TestSuite = task.tests
+    total = len(suite.cases)
+    program = extract_code(task.response)
+    if not program.strip():
+        return Verdict(config.wrong, 0, total, "no program in the response")
+    failures: list[str] = []
+
+    def keep_going(case: CaseRun) -> bool:
+        why = judge_case(case, suite.cases[case.index].expected, suite.is_call, config.code.per_test_timeout_s)
+        if why is not None:
+            failures.append(f"test {case.index + 1}/{total}: {why}")
+        return why is None or not stop_early
+
+    result = sandbox.run(program, suite, keep_going)
+    passed = len(result.cases) - len(failures)
+    if passed == total:
+        return Verdict(config.correct, passed, total, f"passed all {total} tests")
+    reason = failures[0] if failures else f"test {len(result.cases) + 1}/{total}: {result.error}"
+    return Verdict(config.wrong, passed, total, reason)

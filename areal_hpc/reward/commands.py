@@ -1,0 +1,69 @@
+"""`areal-hpc reward math|code`: score one answer or one program and print the JSON verdict.
+
+For users debugging a reward: the same checks the pool's workers run, in this process, with the
+limits of the default (or a given) experiment config. `code` runs every test case rather than
+stopping at the first failure, so `passed` counts them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from areal_hpc.config.load import load_config
+from areal_hpc.config.schema import RewardConfig
+from areal_hpc.errors import UserError
+from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.code_tests import load_tests
+from areal_hpc.reward.math_check import check_math
+from areal_hpc.reward.sandbox import Sandbox
+from areal_hpc.reward.task import CodeTask, MathTask, Verdict
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reward", help="score one answer or program as the reward service would")
+    cmds = p.add_subparsers(dest="reward_cmd", required=True)
+    math = cmds.add_parser("math", help="verify a final answer against a reference answer")
+    math.add_argument("--answer", required=True,
+                      help="the response or answer text (the last \\boxed{...} is the answer)")
+    math.add_argument("--reference", required=True, help="the reference answer")
+    math.set_defaults(func=_math)
+    code = cmds.add_parser("code", help="run a program against test cases in the sandbox")
+    code.add_argument("--program", required=True, help="Python file, or a response with a fenced block")
+    code.add_argument("--tests", required=True,
+                      help="JSON tests file: {inputs, outputs[, fn_name]} as in APPS/TACO/LiveCodeBench")
+    code.set_defaults(func=_code)
+    for cmd in (math, code):
+        cmd.add_argument("--config", help="experiment config whose `reward` section to use (default: built-in)")
+        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="dotted override, e.g. --set reward.code.per_test_timeout_s=2 (repeatable)")
+
+
+def _reward_config(args: argparse.Namespace) -> RewardConfig:
+    if args.config:
+        return load_config(args.config, args.overrides).reward
+    if args.overrides:
+        raise UserError("--set needs --config (the overrides apply to that file)")
+    return RewardConfig()
+
+
+def _print(verdict: Verdict) -> int:
+    print(json.dumps(verdict.to_json()))
+    return 0
+
+
+def _math(args: argparse.Namespace) -> int:
+    return _print(check_math(MathTask(args.answer, args.reference), _reward_config(args)))
+
+
+def _code(args: argparse.Namespace) -> int:
+    config = _reward_config(args)
+    try:
+        program = Path(args.program).read_text()
+    except OSError as e:
+        raise UserError(f"{args.program}: cannot read program: {e.strerror}") from None
+    tests = load_tests(args.tests)
+    verdict = check_code(CodeTask(program, tests), config, Sandbox.detect(config.code), stop_early=False)
+    return _print(verdict)
+

@@ -1,0 +1,214 @@
+"""The test driver that runs inside the sandbox: one forked child per test case.
+
+It runs as `python -I -S -c <this file>`, with the standard library only (the package is not
+visible in the sandbox). It reads one JSON request on standard input and writes one JSON line per
+test case to standard output. It never sees the expected outputs: verdicts are made outside, so a
+program that takes over the harness can spoil its own run but cannot fake a pass.
+
+Each case runs in a forked child (no interpreter start-up per case) with the case's input and
+output in memory files, its own process group, and the per-case resource limits. Afterwards
+every process the case left behind is killed: its process group, and, since the harness is a
+child subreaper, any descendant that detached into a new session. A case that leaves processes
+running after its own process exits is reported (and fails): a judge cannot tell what they do.
+"""
+
+import builtins
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+STDERR_TAIL = 2048
+RETURN_FD = 3  # where a call case's child writes the JSON of the return value
+
+
+def _prctl(option: int, value: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _child_pids(parent: int) -> list:
+    """Direct children of `parent`, from /proc (the harness has no psutil)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(b")", 1)[1].split()[1]) == parent:
+            pids.append(int(name))
+    return pids
+
+
+def _reap() -> bool:
+    """Collect exited children; False once the harness has no child left."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _kill_all(pgid: int, wakeup: int) -> None:
+    """Kill a case's process group, then every remaining child until none is left."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while _reap():
+        for pid in _child_pids(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        select.select([wakeup], [], [], 0.05)
+        _drain(wakeup)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _wait(pid: int, timeout: float, wakeup: int) -> tuple:
+    """(wait status or None, timed out) for one child, woken by SIGCHLD through `wakeup`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, True
+        select.select([wakeup], [], [], left)
+        _drain(wakeup)
+
+
+def _memfile(name: str, data: bytes = b"") -> int:
+    fd = os.memfd_create(name, 0)
+    if data:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _resolve(namespace: dict, fn_name: str):
+    fn = namespace.get(fn_name)
+    if callable(fn):
+        return fn
+    solution = namespace.get("Solution")
+    if isinstance(solution, type) and callable(getattr(solution, fn_name, None)):
+        return getattr(solution(), fn_name)
+    raise NameError(f"the program defines neither {fn_name}() nor Solution.{fn_name}()")
+
+
+def _run_child(code, fn_name, args, fds: tuple, req: dict) -> None:
+    """In the forked child: redirect, limit, run the program; never returns."""
+    stdin_fd, out_fd, err_fd, ret_fd = fds
+    status = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setpgid(0, 0)
+        for fd, target in ((stdin_fd, 0), (out_fd, 1), (err_fd, 2), (ret_fd, RETURN_FD)):
+            os.dup2(fd, target)
+        os.closerange(RETURN_FD + 1, 1 << 16)
+        cpu = int(req["per_test_timeout_s"]) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (req["memory_bytes"],) * 2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (req["max_output_bytes"] + 1,) * 2)
+        sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", errors="replace", closefd=False)
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+        sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", closefd=False)
+        namespace = {"__name__": "__main__" if fn_name is None else "solution", "__builtins__": builtins}
+        exec(code, namespace)
+        if fn_name is not None:
+            value = _resolve(namespace, fn_name)(*args)
+            os.write(RETURN_FD, json.dumps(value, default=repr).encode())
+        status = 0
+    except SystemExit as e:
+        status = 0 if e.code in (None, 0) else 1
+    except MemoryError:
+        os.write(2, b"\nMemoryError: memory limit exceeded\n")
+    except BaseException:
+        traceback.print_exc()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        status = 1
+    os._exit(status)
+
+
+def _run_case(code, req: dict, index: int, wakeup: int) -> dict:
+    fn_name = req["fn_name"]
+    case = req["inputs"][index]
+    stdin = b"" if fn_name is not None else case.encode("utf-8", "surrogateescape")
+    fds = (_memfile("stdin", stdin), _memfile("stdout"), _memfile("stderr"), _memfile("return"))
+    sys.stdout.flush()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _run_child(code, fn_name, case, fds, req)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child already did it, or already exited
+    status, timed_out = _wait(pid, req["per_test_timeout_s"], wakeup)
+    # Once the case's process is reaped, any child left (reparented here) outlived the case.
+    strays = not timed_out and _reap()
+    _kill_all(pid, wakeup)
+    seconds = time.monotonic() - start
+    limit = req["max_output_bytes"]
+    out = os.pread(fds[3] if fn_name is not None else fds[1], limit + 1, 0)
+    err_size = os.fstat(fds[2]).st_size
+    err = os.pread(fds[2], STDERR_TAIL, max(0, err_size - STDERR_TAIL))
+    for fd in fds:
+        os.close(fd)
+    return {
+        "i": index,
+        "exit": os.waitstatus_to_exitcode(status) if status is not None and os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
+        "timed_out": timed_out,
+        "strays": strays,
+        "truncated": len(out) > limit,
+        "output": out[:limit].decode("utf-8", "replace"),
+        "stderr": err.decode("utf-8", "replace"),
+        "seconds": round(seconds, 4),
+    }
+
+
+def main() -> None:
+    req = json.loads(sys.stdin.buffer.read())
+    os.close(0)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_DUMPABLE, 0)  # a case cannot open /proc/<harness>/fd or ptrace the harness
+    resource.setrlimit(resource.RLIMIT_NPROC, (req["nproc"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    try:
+        code = compile(req["program"], "<program>", "exec")
+    except (SyntaxError, ValueError) as e:
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        return
+    for index in range(len(req["inputs"])):
+        print(json.dumps(_run_case(code, req, index, wakeup_r)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Running an untrusted program against test cases, isolated from the host.
+
+Backends, strongest first (`reward.code.backend: auto` takes the first that works here):
+
+- `bwrap` (Bubblewrap, Debian package `bubblewrap`): new user, PID, network, IPC, UTS and mount
+  namespaces; the root file system is an empty read-only tmpfs holding read-only binds of /usr
+  (and the interpreter's prefix), a minimal /dev and the namespace's /proc; the fresh working
+  directory is the only writable place; no capabilities; no network but a private loopback; the
+  whole namespace dies with the run.
+- `unshare` (util-linux): new user, PID, network, IPC, UTS and mount (for /proc) namespaces, so
+  no network and every process dies with the run, but the host file system is visible (writes
+  and reads limited only by file permissions).
+- `rlimits`: no namespaces. Every process of the run is still killed (its process group, and
+  detached ones through the calling process being a child subreaper); network and files are
+  limited only by file permissions.
+
+All backends: the run starts in a fresh temporary directory (also HOME and TMPDIR) that is deleted
+afterwards; a service running as root runs programs as `nobody` (uid 65534), so root's files are
+out of reach; resource limits on every test process (address space, CPU seconds, file size =
+output limit, process count, no core files); a per-test wall-clock limit enforced by the harness
+and a total one enforced here; the environment is replaced. The process-count limit is exact with
+a user namespace (bwrap, unshare); with `rlimits` it counts every process of the user, so it is set
+to the user's current count plus the allowance.
+
+One run at a time per process: the sweep at the end kills every new descendant of the caller.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from areal_hpc.config.schema import CodeSandboxConfig
+from areal_hpc.errors import UserError
+from areal_hpc.reward import harness
+from areal_hpc.reward.code_tests import TestCase, TestSuite
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("bwrap", "unshare", "rlimits")
+# The user programs run as when the service runs as root.
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+# Where the working directory appears inside bwrap.
+BWRAP_WORKDIR = "/sandbox"
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+# Bytes of the harness's own stderr kept to explain a failed run.
+STDERR_KEEP = 8192
+# JSON escaping can grow output up to 6x (\u00XX); plus the other fields of a result line.
+LINE_OVERHEAD = 16384
+
+_HARNESS_SOURCE = Path(harness.__file__).read_text()
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SandboxUnavailable(UserError):
+    """The configured sandbox backend cannot run programs on this machine."""
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """One test case as the harness saw it; judged against the expected output elsewhere."""
+
+    index: int
+    exit: int | None
+    signal: int | None
+    timed_out: bool
+    # Processes of the case were still running after its main process exited.
+    strays: bool
+    truncated: bool
+    # Standard output, or the JSON of the return value for call tests.
+    output: str
+    # The last bytes of standard error.
+    stderr: str
+    seconds: float
+
+
+@dataclass
+class RunResult:
+    cases: list[CaseRun]
+    # Why the run ended before every case ran (compile error, time limit, harness killed), if it did.
+    error: str | None = None
+    # The caller's keep_going stopped the run early.
+    stopped: bool = False
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL the launched process when the thread that started it exits."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a working directory even if the program made parts of it unwritable."""
+
+    def unlock(func, p, _exc) -> None:
+        with suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+
+    shutil.rmtree(path, onerror=unlock)
+
+
+def _bind_system(python: str) -> list[str]:
+    """bwrap arguments exposing, read-only, /usr, its merged-/usr links and the interpreter."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    prefix = str(Path(python).parent.parent)  # <prefix>/bin/python3
+    if not prefix.startswith("/usr"):
+        args += ["--ro-bind", prefix, prefix]
+    return args
+
+
+class Sandbox:
+    """One backend, interpreter and set of limits; `run` executes a program against a suite."""
+
+    def __init__(self, backend: str, python: str, limits: CodeSandboxConfig) -> None:
+        self.backend = backend
+        self.python = python
+        self.limits = limits
+        self.as_nobody = os.geteuid() == 0
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+    def describe(self) -> str:
+        user = "nobody" if self.as_nobody else "the current user"
+        return f"{self.backend} sandbox, {self.python}, as {user}"
+
+    @classmethod
+    def detect(cls, limits: CodeSandboxConfig) -> Sandbox:
+        """The first backend and interpreter that pass a probe run (see the module docstring)."""
+        backends = BACKENDS if limits.backend == "auto" else (limits.backend,)
+        if limits.python:
+            pythons = [limits.python]
+        else:
+            pythons = list(dict.fromkeys(p for p in (os.path.realpath(sys.executable), "/usr/bin/python3")
+                                         if os.path.isfile(p)))
+        failures = []
+        for backend in backends:
+            for python in pythons:
+                sandbox = cls(backend, python, limits)
+                problem = sandbox.probe()
+                if problem is None:
+                    return sandbox
+                failures.append(f"{backend} with {python}: {problem}")
+        raise SandboxUnavailable("no sandbox backend works here: " + "; ".join(failures))
+
+    def probe(self) -> str | None:
+        """None if a trivial program runs and echoes its input, else what went wrong."""
+        if self.backend != "rlimits" and shutil.which(self._launcher()[0]) is None:
+            return f"{self._launcher()[0]} is not installed"
+        suite = TestSuite((TestCase("probe\n", "probe\n"),))
+        result = self.run("print(input())", suite)
+        if result.error:
+            return result.error
+        case = result.cases[0]
+        if case.exit != 0 or case.output.strip() != "probe":
+            return f"probe program failed (exit {case.exit}, signal {case.signal}): {case.stderr.strip()[-300:]}"
+        return None
+
+    def _launcher(self) -> list[str]:
+        if self.backend == "bwrap":
+            return ["bwrap"]
+        if self.backend == "unshare":
+            return ["unshare", "--user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+                    "--ipc", "--uts"]
+        return []
+
+    def _command(self, workdir: str) -> list[str]:
+        interpreter = [self.python, "-I", "-S", "-X", "utf8", "-c", _HARNESS_SOURCE]
+        if self.backend != "bwrap":
+            return self._launcher() + interpreter
+        return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                *_bind_system(self.python), "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
+                "--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--remount-ro", "/",
+                "--", *interpreter]
+
+    def _environment(self, workdir: str) -> dict[str, str]:
+        home = BWRAP_WORKDIR if self.backend == "bwrap" else workdir
+        return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+
+    def _nproc(self) -> int:
+        """RLIMIT_NPROC for the run: exact in a user namespace, else relative to the user's count."""
+        if self.backend != "rlimits":
+            return self.limits.max_processes + 2  # the namespace's init and the harness
+        uid = SANDBOX_UID if self.as_nobody else os.getuid()
+        running = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
+        return running + self.limits.max_processes + 1
+
+    def run(self, program: str, suite: TestSuite,
+            keep_going: Callable[[CaseRun], bool] | None = None) -> RunResult:
+        """Run every case (stopping early when keep_going returns False) within the total time limit."""
+        lim = self.limits
+        request = json.dumps({
+            "program": program,
+            "fn_name": suite.fn_name,
+            "inputs": [c.input for c in suite.cases],
+            "per_test_timeout_s": lim.per_test_timeout_s,
+            "memory_bytes": lim.memory_mb * 2**20,
+            "max_output_bytes": lim.max_output_bytes,
+            "nproc": self._nproc(),
+        }).encode()
+        workdir = tempfile.mkdtemp(prefix="areal-sandbox-")
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            ids = {}
+            if self.as_nobody:
+                os.chown(workdir, SANDBOX_UID, SANDBOX_GID)
+                ids = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+            try:
+                proc = subprocess.Popen(
+                    self._command(workdir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, cwd=workdir, env=self._environment(workdir),
+                    start_new_session=True, preexec_fn=_die_with_parent, **ids,
+                )
+            except OSError as e:
+                return RunResult([], f"the sandbox could not start: {e}")
+            try:
+                return self._communicate(proc, request, len(suite.cases), keep_going)
+            finally:
+                self._kill(proc, before)
+        finally:
+            _remove_tree(workdir)
+
+    def _communicate(self, proc: subprocess.Popen, request: bytes, total: int,
+                     keep_going: Callable[[CaseRun], bool] | None) -> RunResult:
+        lim = self.limits
+        out_cap = total * (6 * (lim.max_output_bytes + 1) + LINE_OVERHEAD)
+        deadline = time.monotonic() + lim.total_timeout_s
+        result = RunResult([])
+        pending, lines, err = memoryview(request), bytearray(), bytearray()
+        received = 0
+        with selectors.DefaultSelector() as sel:
+            for stream, event in ((proc.stdin, selectors.EVENT_WRITE), (proc.stdout, selectors.EVENT_READ),
+                                  (proc.stderr, selectors.EVENT_READ)):
+                os.set_blocking(stream.fileno(), False)
+                sel.register(stream, event)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    result.error = f"total time limit of {lim.total_timeout_s:g} s exceeded"
+                    return result
+                for key, _ in sel.select(left):
+                    stream = key.fileobj
+                    if stream is proc.stdin:
+                        try:
+                            pending = pending[os.write(stream.fileno(), pending[:65536]):]
+                        except BrokenPipeError:
+                            pending = pending[:0]
+                        if not pending:
+                            sel.unregister(stream)
+                            stream.close()
+                        continue
+                    data = os.read(stream.fileno(), 1 << 16)
+                    if not data:
+                        sel.unregister(stream)
+                    elif stream is proc.stderr:
+                        err += data[: max(0, STDERR_KEEP - len(err))]
+                    else:
+                        received += len(data)
+                        if received > out_cap:
+                            result.error = "the harness wrote more than the output limits allow"
+                            return result
+                        lines += data
+                        while b"\n" in lines:
+                            line, _, rest = bytes(lines).partition(b"\n")
+                            lines = bytearray(rest)
+                            if self._take(line, result, keep_going):
+                                return result
+        if len(result.cases) < total and result.error is None:
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            detail = err.decode("utf-8", "replace").strip()[-500:]
+            result.error = f"the sandbox ended after {len(result.cases)} of {total} cases " \
+                           f"(exit status {proc.returncode})" + (f": {detail}" if detail else "")
+        return result
+
+    @staticmethod
+    def _take(line: bytes, result: RunResult, keep_going: Callable[[CaseRun], bool] | None) -> bool:
+        """Record one harness line; True when the run should end here."""
+        try:
+            obj = json.loads(line)
+            if "error" in obj:
+                result.error = str(obj["error"])
+                return True
+            case = CaseRun(int(obj["i"]), obj["exit"], obj["signal"], bool(obj["timed_out"]), bool(obj["strays"]),
+                           bool(obj["truncated"]), str(obj["output"]), str(obj["stderr"]), float(obj["seconds"]))
+        except (ValueError, KeyError, TypeError):
+            result.error = "the harness wrote a malformed result line"
+            return True
+        if case.index != len(result.cases):
+            result.error = "the harness reported cases out of order"
+            return True
+        result.cases.append(case)
+        if keep_going is not None and not keep_going(case):
+            result.stopped = True
+            return True
+        return False
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen, before: set[int]) -> None:
+        """Kill the launcher's process group, then every new descendant of this process."""
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            with suppress(OSError):
+                stream.close()
+        me = psutil.Process()
+        for _ in range(1000):
+            strays = [p for p in me.children(recursive=True) if p.pid not in before]
+            if not strays:
+                return
+            for p in strays:
+                with suppress(psutil.Error):
+                    p.kill()
+            for p in strays:
+                with suppress(ChildProcessError):
+                    os.waitpid(p.pid, 0)
+        log.error("sandbox: processes of a run survived 1000 kill rounds: %s", strays)

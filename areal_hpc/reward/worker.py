@@ -1,0 +1,102 @@
+"""A reward worker process: `python -m areal_hpc.reward.worker PARENT_PID`, driven by the pool.
+
+Protocol, one JSON object per line: the pool sends `{"config": RewardConfig}` and then
+`{"id": n, "task": ...}`; the worker answers `{"ready": description}` (or `{"fatal": message}`)
+and then `{"id": n, "verdict": ...}`. Scoring runs on the main thread, so math-verify's SIGALRM
+timeouts work. Anything a library prints goes to stderr, never into the protocol stream.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+from typing import TextIO
+
+from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
+from areal_hpc.errors import UserError
+from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.math_check import check_math
+from areal_hpc.reward.sandbox import Sandbox
+from areal_hpc.reward.task import MathTask, Task, Verdict, task_from_json
+
+log = logging.getLogger("areal_hpc.reward.worker")
+PR_SET_PDEATHSIG = 1
+
+
+def config_to_json(config: RewardConfig) -> dict:
+    return dataclasses.asdict(config)
+
+
+def config_from_json(obj: dict) -> RewardConfig:
+    return RewardConfig(**{**obj, "code": CodeSandboxConfig(**obj["code"])})
+
+
+class Scorer:
+    """Scores tasks in this process; the sandbox is found on first use (or by prepare())."""
+
+    def __init__(self, config: RewardConfig) -> None:
+        self.config = config
+        self._sandbox: Sandbox | None = None
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = Sandbox.detect(self.config.code)
+        return self._sandbox
+
+    def prepare(self) -> str:
+        """Find the sandbox now when the service scores code, so a missing one fails at start."""
+        if self.config.kind == "code":
+            return self.sandbox.describe()
+        return "math"
+
+    def score(self, task: Task) -> Verdict:
+        if isinstance(task, MathTask):
+            return check_math(task, self.config)
+        return check_code(task, self.config, self.sandbox)
+
+
+def _send(out: TextIO, obj: dict) -> None:
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+
+
+def _internal_failure(task: Task, config: RewardConfig, error: Exception) -> Verdict:
+    total = 1 if isinstance(task, MathTask) else len(task.tests.cases)
+    return Verdict(config.wrong, 0, total, f"internal error while scoring: {type(error).__name__}: {error}")
+
+
+def main(argv: list[str]) -> int:
+    parent = int(argv[0])
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the pool died before the line above
+        return 1
+    logging.basicConfig(level=logging.WARNING, format="reward worker %(process)d: %(message)s")
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    config = config_from_json(json.loads(sys.stdin.readline())["config"])
+    scorer = Scorer(config)
+    try:
+        _send(out, {"ready": scorer.prepare()})
+    except UserError as e:
+        _send(out, {"fatal": str(e)})
+        return 1
+    for line in sys.stdin:
+        msg = json.loads(line)
+        task = task_from_json(msg["task"])
+        try:
+            verdict = scorer.score(task)
+        except Exception as e:  # a bug or a library failure must not stop the service
+            log.exception("scoring failed")
+            verdict = _internal_failure(task, config, e)
+        _send(out, {"id": msg["id"], "verdict": verdict.to_json()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""Code reward through each sandbox backend: passes, failures of every kind, limits, formats."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.code_tests import parse_tests
+from areal_hpc.reward.sandbox import Sandbox
+from areal_hpc.reward.task import CodeTask, Verdict
+from tests.reward.conftest import reward_config, sandbox_processes
+
+ADD = parse_tests({"inputs": ["1 2\n", "3 4\n", "-5 5\n"], "outputs": ["3\n", "7\n", "0\n"]})
+ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def score(sandbox: Sandbox, program: str, tests=ADD, stop_early: bool = True, **limits) -> Verdict:
+    config = reward_config(sandbox.backend, **limits)
+    if limits:
+        sandbox = Sandbox(sandbox.backend, sandbox.python, config.code)
+    return check_code(CodeTask(program, tests), config, sandbox, stop_early=stop_early)
+
+
+def test_correct_solution_passes(sandbox: Sandbox) -> None:
+    response = f"Here is my solution:\n```python\n{ADD_PROGRAM}```\nIt reads two numbers."
+    assert score(sandbox, response) == Verdict(5.0, 3, 3, "passed all 3 tests")
+    assert not sandbox_processes()
+
+
+def test_call_tests_function_and_solution_class(sandbox: Sandbox) -> None:
+    tests = parse_tests({"fn_name": "two_sum", "inputs": [[[2, 7, 11], 9], [[3, 3], 6]],
+                         "outputs": [[[0, 1]], [0, 1]]})
+    function = "def two_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n" \
+               "        if target - x in seen:\n            return (seen[target - x], i)\n        seen[x] = i\n"
+    method = "class Solution:\n    def two_sum(self, nums, target):\n        return [0, 1]\n"
+    assert score(sandbox, function, tests).reward == 5.0
+    assert score(sandbox, method, tests).reward == 5.0
+    missing = score(sandbox, "def other(): pass\n", tests)
+    assert missing.reward == -5.0 and "defines neither two_sum() nor Solution.two_sum()" in missing.reason
+
+
+def test_wrong_answer_fails_and_stops_early(sandbox: Sandbox) -> None:
+    verdict = score(sandbox, "print(3)\n")
+    assert (verdict.reward, verdict.passed, verdict.total) == (-5.0, 1, 3)
+    assert verdict.reason == "test 2/3: wrong answer: expected '7', got '3'"
+    full = score(sandbox, "print(3)\n", stop_early=False)
+    assert (full.passed, full.reason) == (1, verdict.reason)
+
+
+def test_runtime_and_syntax_errors_fail(sandbox: Sandbox) -> None:
+    crash = score(sandbox, "x = int(input().split()[0])\nprint(1 // (x - 1))\n")
+    assert crash.reward == -5.0 and "runtime error: ZeroDivisionError" in crash.reason
+    syntax = score(sandbox, "print(\n")
+    assert syntax.reward == -5.0 and "SyntaxError" in syntax.reason
+    exits = score(sandbox, "import sys\nsys.exit(3)\n")
+    assert exits.reward == -5.0 and "exit status 1" in exits.reason
+
+
+def test_sys_exit_zero_after_correct_output_passes(sandbox: Sandbox) -> None:
+    assert score(sandbox, ADD_PROGRAM + "raise SystemExit(0)\n").reward == 5.0
+
+
+def test_time_limits(sandbox: Sandbox) -> None:
+    start = time.monotonic()
+    verdict = score(sandbox, "import time\ntime.sleep(30)\n")
+    assert verdict.reward == -5.0 and "time limit of 2 s exceeded" in verdict.reason
+    assert time.monotonic() - start < 10
+    slow = "import time\ntime.sleep(0.7)\n" + ADD_PROGRAM
+    total = score(sandbox, slow, total_timeout_s=1.5)
+    assert total.reward == -5.0 and "total time limit of 1.5 s exceeded" in total.reason, total
+
+
+def test_working_directory_is_fresh_and_writable(sandbox: Sandbox) -> None:
+    program = "import os\nseen = os.listdir('.')\nopen('note.txt', 'w').write('x')\n" \
+              "assert open('note.txt').read() == 'x'\nprint(len(seen))\n"
+    tests = parse_tests({"inputs": [""], "outputs": ["0"]})
+    for _ in range(2):  # the second run does not see the first run's file
+        verdict = score(sandbox, program, tests)
+        assert verdict.reward == 5.0, verdict
+
+
+def test_large_input_and_binary_output(sandbox: Sandbox) -> None:
+    numbers = " ".join(str(i) for i in range(200_000))
+    tests = parse_tests({"inputs": [numbers + "\n"], "outputs": [str(sum(range(200_000)))]})
+    assert score(sandbox, "print(sum(map(int, input().split())))\n", tests).reward == 5.0
+    garbage = score(sandbox, "import sys\nsys.stdout.buffer.write(bytes(range(256)))\n")
+    assert garbage.reward == -5.0 and "wrong answer" in garbage.reason
+
+
+def test_environment_is_replaced(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AREAL_SECRET_TOKEN", "leak")
+    tests = parse_tests({"inputs": [""], "outputs": ["None"]})
+    assert score(sandbox, "import os\nprint(os.environ.get('AREAL_SECRET_TOKEN'))\n", tests).reward == 5.0
