@@ -128,3 +128,42 @@ class WorkerFailed:
     rank: int
     role: str
     reason: str
+
+
+@dataclass
+class LaunchPlan:
+    """Rank 0 -> every rank at start: the checked config and what to load. Sent only after the
+    config, the world size, the model directory and the data have been checked."""
+
+    config: Any
+    # Hugging Face directory the trainer and the generators start from.
+    model_dir: str
+    # Checkpoint to resume from (None: a fresh start) and its policy version.
+    resume_dir: str | None = None
+    version: int = 0
+
+
+@dataclass
+class TrainerGroupAddress:
+    """First trainer rank -> the other trainer ranks: where their torch.distributed group meets."""
+
+    host: str
+    port: int
+
+
+@dataclass
+class WeightGroupAddress:
+    """Trainer stage leader -> controller -> generators: where that stage's weight group meets."""
+
+    stage: int
+    host: str
+    port: int
+    world_size: int
+
+
+@dataclass
+class WorkerReady:
+    """Any worker -> controller: started, weights loaded, weight groups joined."""
+
+    rank: int
+    role: str

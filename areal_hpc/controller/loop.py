@@ -1,0 +1,444 @@
+"""Rank 0's event loop: admission under the staleness bound, dispatch, versions, checkpoints.
+
+The loop never blocks on one worker: each turn it drains every message that has arrived, then
+admits generation requests while the staleness manager has capacity, then hands the oldest
+complete groups to the trainer when a batch may train. After each step it tells the trainers and
+the generators to move the new weights (bulk tensors go through the weight groups, not MPI), and
+records the step's metrics once every generator serves the new version.
+
+Held-out prompts are evaluated through the same generators under negative prompt ids
+(-1 - row), so they never enter the staleness count or the buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.controller import checkpoint as ckpt
+from areal_hpc.controller.buffer import Group, TrajectoryBuffer
+from areal_hpc.controller.staleness import StalenessManager
+from areal_hpc.data.stream import PromptStream
+from areal_hpc.metrics import report
+from areal_hpc.metrics.batch import accuracy, batch_stats
+from areal_hpc.metrics.clock import BusyClock
+from areal_hpc.metrics.progress import Progress
+from areal_hpc.metrics.writer import MetricsWriter, read_metrics
+from areal_hpc.runtime.failure import abort_job, describe
+from areal_hpc.runtime.layout import generator_ranks, trainer_ranks
+from areal_hpc.runtime.messages import (
+    CheckpointSaved,
+    GenerateRequest,
+    LaunchPlan,
+    SamplingParams,
+    SaveCheckpoint,
+    Shutdown,
+    StepDone,
+    TrainBatch,
+    Trajectory,
+    UpdateWeights,
+    WeightGroupAddress,
+    WeightsLoaded,
+    WorkerFailed,
+    WorkerReady,
+)
+from areal_hpc.runtime.preflight import Prompts
+from areal_hpc.runtime.transport import POLL_S, Channel
+
+log = logging.getLogger(__name__)
+LEDGER_FILE = "ledger.jsonl"
+
+
+def least_loaded(load: dict[int, int]) -> int:
+    """The generator with the fewest prompts in flight (lowest rank on ties)."""
+    return min(load, key=lambda r: (load[r], r))
+
+
+def eval_id(row: int) -> int:
+    return -1 - row
+
+
+@dataclass
+class EvalRound:
+    version: int
+    pending: set[int]
+    results: list[Trajectory] = field(default_factory=list)
+
+
+@dataclass
+class InFlightStep:
+    version: int
+    groups: list[Group]
+    stats: dict[str, float]
+    dispatched_at: float
+
+
+class Controller:
+    def __init__(self, plan: LaunchPlan, prompts: Prompts, chan: Channel) -> None:
+        cfg: ExperimentConfig = plan.config
+        self.cfg, self.prompts, self.chan = cfg, prompts, chan
+        self.run_dir = Path(cfg.logging.dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        r = cfg.rollout
+        self.trainer_leader = trainer_ranks(cfg)[0]
+        self.generators = generator_ranks(cfg)
+        self.rng = random.Random(cfg.seed)
+        self.stream = PromptStream(len(prompts.train), cfg.seed, cfg.data.shuffle)
+        self.counters: dict[str, float] = {"elapsed_s": 0.0, "trained_tokens": 0.0, "generated_tokens": 0.0}
+        if plan.resume_dir is None:
+            self.sm = StalenessManager(r.eta, r.batch_prompts, r.max_concurrent)
+            self.buffer = TrajectoryBuffer()
+        else:
+            state = ckpt.ControllerState.load(plan.resume_dir)
+            self.sm = StalenessManager.from_state(state.staleness, r.eta, r.batch_prompts, r.max_concurrent)
+            self.buffer = TrajectoryBuffer.from_state(state.buffer)
+            self.stream.load_state_dict(state.stream)
+            ckpt.set_rng_state(self.rng, state.rng)
+            self.counters.update(state.counters)
+        self.resumed = plan.resume_dir is not None
+        self.version = self.sm.version
+        self.total = cfg.total_steps
+        self._truncate_ledger()
+        self.metrics = MetricsWriter(self.run_dir, cfg.logging.tensorboard, resume_step=self.version)
+        self.progress = Progress(self.total, self.version, cfg.logging.progress)
+        # Generation bookkeeping: prompts in flight per generator, the generator of each prompt.
+        self.load = {g: 0 for g in self.generators}
+        self.where: dict[int, int] = {}
+        self.served = dict.fromkeys(self.generators, self.version)
+        self.syncing: dict[int, tuple[float, set[int]]] = {}  # version -> (start, generators left)
+        self.step: InFlightStep | None = None
+        self.pending_records: dict[int, dict[str, float]] = {}
+        self.eval: EvalRound | None = None
+        self.ckpt_in_progress: Path | None = None
+        self.ckpt_requested = False
+        self.stop_requested = False
+        # Training prompts are admitted only after the start-up eval or weight sync.
+        self.training = False
+        self.last_ckpt_version = self.version if self.resumed else -1
+        self.step_gen_tokens = 0.0
+        self.now = time.monotonic()
+        self.last_step_at = self.now
+        self.trainer_clock = BusyClock(self.now)
+        self.trainer_tasks: set[str] = set()
+        self.gen_clocks = {g: BusyClock(self.now) for g in self.generators}
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGUSR1, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        self._wait_ready()
+        self.now = time.monotonic()
+        if self.resumed:
+            self.progress.note(f"resumed from version {self.version} ({self.sm.accepted} prompts accepted)")
+            self._update_weights()
+            self._until(lambda: not self.syncing)
+        else:
+            self._start_eval()
+            self._until(lambda: self.eval is None)
+        self.last_step_at = self.now
+        self.training = True
+        for clock in (self.trainer_clock, *self.gen_clocks.values()):
+            clock.idle_fraction(self.now)
+        self._until(self._finished)
+        if self.stop_requested:
+            self.progress.note(f"stopped on request at version {self.version}; checkpoint saved")
+            return self._shutdown("stopped on signal", 0)
+        if self.version >= self.total and self.eval is None:
+            self._start_eval()
+            self._until(lambda: self.eval is None)
+        return self._shutdown("done", 0)
+
+    def _finished(self) -> bool:
+        if self.stop_requested:
+            return self.ckpt_in_progress is None and not self.ckpt_requested
+        return self.version >= self.total and not self.syncing and not self.pending_records
+
+    def _until(self, done) -> None:
+        """Run turns of the loop until `done()`."""
+        while not done():
+            worked = self._turn()
+            if not worked:
+                time.sleep(POLL_S)
+
+    def _turn(self) -> bool:
+        self.now = time.monotonic()
+        worked = False
+        while (got := self.chan.poll()) is not None:
+            self._handle(*got)
+            worked = True
+        self.now = time.monotonic()
+        if self.ckpt_requested and self.step is None and self.ckpt_in_progress is None:
+            self.ckpt_requested = False
+            if self.last_ckpt_version != self.version:
+                self._checkpoint()
+        if self.training and not self.stop_requested:
+            worked |= self._admit()
+            worked |= self._dispatch()
+        self._update_clocks()
+        return worked
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        """SIGUSR1: checkpoint at the next step boundary and go on; SIGTERM: checkpoint and stop."""
+        self.ckpt_requested = True
+        if signum == signal.SIGTERM:
+            self.stop_requested = True
+
+    # ---- startup --------------------------------------------------------------------------
+
+    def _wait_ready(self) -> None:
+        """Relay the weight groups' addresses to the generators until every worker is ready."""
+        waiting = set(range(1, self.chan.size))
+        while waiting:
+            got = self.chan.poll()
+            if got is None:
+                time.sleep(POLL_S)
+                continue
+            src, msg = got
+            if isinstance(msg, WeightGroupAddress):
+                for g in self.generators:
+                    self.chan.send(g, msg)
+            elif isinstance(msg, WorkerReady):
+                waiting.discard(msg.rank)
+            else:
+                self._handle(src, msg)
+        self.progress.note(f"all {self.chan.size - 1} workers ready")
+
+    # ---- messages -------------------------------------------------------------------------
+
+    def _handle(self, src: int, msg: object) -> None:
+        if isinstance(msg, Trajectory):
+            self._on_trajectory(src, msg)
+        elif isinstance(msg, StepDone):
+            self._on_step_done(msg)
+        elif isinstance(msg, WeightsLoaded):
+            self._on_weights_loaded(msg)
+        elif isinstance(msg, CheckpointSaved):
+            self._on_checkpoint_saved(msg)
+        elif isinstance(msg, WorkerFailed):
+            abort_job(self.chan.comm, describe(msg))
+        else:
+            raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
+
+    def _on_trajectory(self, src: int, traj: Trajectory) -> None:
+        if traj.prompt_id < 0:
+            self._on_eval_result(src, traj)
+            return
+        self.step_gen_tokens += len(traj.output_ids)
+        self.counters["generated_tokens"] += len(traj.output_ids)
+        if self.buffer.add(traj) is not None:
+            self.sm.accept()
+            self.load[self.where.pop(traj.prompt_id)] -= 1
+
+    def _on_step_done(self, done: StepDone) -> None:
+        step = self.step
+        if step is None or done.version != step.version + 1:
+            raise RuntimeError(f"StepDone for version {done.version} but no such step was running")
+        self.step = None
+        self.trainer_tasks.discard("train")
+        self.version = done.version
+        self.sm.set_version(done.version)
+        interval = self.now - self.last_step_at
+        self.last_step_at = self.now
+        self.counters["elapsed_s"] += interval
+        self.counters["trained_tokens"] += step.stats["trained_tokens"]
+        record = dict(step.stats)
+        record.update({f"train/{k}": float(v) for k, v in done.metrics.items()})
+        record.update(
+            {
+                "version": float(done.version),
+                "elapsed_s": self.counters["elapsed_s"],
+                "step_s": interval,
+                "train_s": self.now - step.dispatched_at,
+                "effective_tokens_per_s": step.stats["trained_tokens"] / max(interval, 1e-9),
+                "trained_tokens_per_s": step.stats["trained_tokens"] / max(self.now - step.dispatched_at, 1e-9),
+                "generated_tokens_per_s": self.step_gen_tokens / max(interval, 1e-9),
+                "buffer_groups": float(self.buffer.ready),
+                "running_prompts": float(self.buffer.running),
+                "trainer_idle_fraction": self.trainer_clock.idle_fraction(self.now),
+                "generator_idle_fraction": sum(c.idle_fraction(self.now) for c in self.gen_clocks.values())
+                / len(self.gen_clocks),
+            }
+        )
+        self.step_gen_tokens = 0.0
+        self.pending_records[done.version] = record
+        with (self.run_dir / LEDGER_FILE).open("a") as f:
+            f.write(json.dumps({"step": step.version, "prompt_ids": [g.prompt_id for g in step.groups]}) + "\n")
+        self._update_weights()
+        interval_steps = self.cfg.checkpoint.interval_steps
+        if interval_steps and done.version % interval_steps == 0:
+            self.ckpt_requested = True
+
+    def _update_weights(self) -> None:
+        msg = UpdateWeights(self.version)
+        self.chan.send(self.trainer_leader, msg)
+        for g in self.generators:
+            self.chan.send(g, msg)
+        self.syncing[self.version] = (self.now, set(self.generators))
+        self.trainer_tasks.add("sync")
+
+    def _on_weights_loaded(self, loaded: WeightsLoaded) -> None:
+        start, left = self.syncing[loaded.version]
+        left.discard(loaded.generator_rank)
+        self.served[loaded.generator_rank] = loaded.version
+        if left:
+            return
+        del self.syncing[loaded.version]
+        if not self.syncing:
+            self.trainer_tasks.discard("sync")
+        record = self.pending_records.pop(loaded.version, None)
+        if record is None:  # the weight sync after a resume
+            return
+        record["weight_sync_s"] = self.now - start
+        self.metrics.write(loaded.version, record)
+        self.progress.update(loaded.version, record)
+        every = self.cfg.eval_interval
+        if every and loaded.version % every == 0 and loaded.version < self.total and self.eval is None:
+            self._start_eval()
+
+    # ---- generation -----------------------------------------------------------------------
+
+    def _sampling(self, greedy: bool = False) -> SamplingParams:
+        r = self.cfg.rollout
+        if greedy:
+            return SamplingParams(r.max_new_tokens, temperature=0.0, seed=None)
+        return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, self.rng.randrange(2**31))
+
+    def _reward_spec(self, answer: str) -> dict:
+        return {"kind": self.cfg.reward.kind, "answer": answer}
+
+    def _admit(self) -> bool:
+        """Submit prompts while the staleness bound allows and later steps still need them."""
+        needed = self.total * self.sm.batch_prompts
+        admitted = False
+        while self.sm.capacity() > 0 and self.sm.accepted + self.sm.running < needed:
+            pid = self.stream.next()
+            row = self.stream.index(pid)
+            gen = least_loaded(self.load)
+            req = GenerateRequest(
+                pid,
+                self.prompts.train_ids[row],
+                self.cfg.rollout.group_size,
+                self._sampling(),
+                self._reward_spec(self.prompts.train[row].answer),
+            )
+            self.chan.send(gen, req)
+            self.buffer.open(pid, self.version, req.group_size)
+            self.sm.submit()
+            self.load[gen] += 1
+            self.where[pid] = gen
+            admitted = True
+        return admitted
+
+    def _dispatch(self) -> bool:
+        """Send the oldest complete groups to the trainer when a batch may train."""
+        b = self.sm.batch_prompts
+        if self.step is not None or self.version >= self.total or self.ckpt_requested:
+            return False
+        if self.buffer.ready < b or not self.sm.may_train(self.buffer.versions_after(b)):
+            return False
+        groups = self.buffer.pop_batch(b)
+        trajectories = [t for g in groups for t in g.trajectories]
+        stats = batch_stats(trajectories, self.version, self.cfg.reward.correct)
+        self.step = InFlightStep(self.version, groups, stats, self.now)
+        self.chan.send(self.trainer_leader, TrainBatch(self.version, trajectories))
+        self.trainer_tasks.add("train")
+        return True
+
+    def _update_clocks(self) -> None:
+        self.trainer_clock.set(bool(self.trainer_tasks), self.now)
+        for g, clock in self.gen_clocks.items():
+            clock.set(self.load[g] > 0 and self.served[g] == self.version, self.now)
+
+    # ---- evaluation -----------------------------------------------------------------------
+
+    def _start_eval(self) -> None:
+        self.eval = EvalRound(self.version, set())
+        for row, ids in enumerate(self.prompts.held_out_ids):
+            gen = least_loaded(self.load)
+            req = GenerateRequest(
+                eval_id(row), ids, 1, self._sampling(greedy=True), self._reward_spec(self.prompts.held_out[row].answer)
+            )
+            self.chan.send(gen, req)
+            self.eval.pending.add(req.prompt_id)
+            self.load[gen] += 1
+
+    def _on_eval_result(self, src: int, traj: Trajectory) -> None:
+        ev = self.eval
+        if ev is None or traj.prompt_id not in ev.pending:
+            raise RuntimeError(f"unexpected held-out result for prompt {traj.prompt_id}")
+        ev.pending.discard(traj.prompt_id)
+        ev.results.append(traj)
+        self.load[src] -= 1
+        if ev.pending:
+            return
+        self.eval = None
+        acc = accuracy(ev.results, self.cfg.reward.correct)
+        record = {
+            "eval_accuracy": acc,
+            "eval_reward_mean": sum(t.reward for t in ev.results) / len(ev.results),
+            "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / len(ev.results),
+        }
+        self.metrics.write(ev.version, record)
+        self.progress.note(f"held-out accuracy at version {ev.version}: {acc:.3f} ({len(ev.results)} prompts)")
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        """Trainer part and controller state of the current version; complete once both exist."""
+        path = ckpt.step_dir(ckpt.root_dir(self.cfg), self.version)
+        path.mkdir(parents=True, exist_ok=True)
+        self.chan.send(self.trainer_leader, SaveCheckpoint(str(path), self.version))
+        stream = self.stream.state_dict()
+        stream["returned"] = self.buffer.running_ids() + stream["returned"]
+        ckpt.ControllerState(
+            version=self.version,
+            staleness=self.sm.state_dict(),
+            stream=stream,
+            buffer=self.buffer.state_dict(),
+            rng=ckpt.rng_state(self.rng),
+            counters=dict(self.counters),
+        ).save(path)
+        self.ckpt_in_progress = path
+        self.trainer_tasks.add("checkpoint")
+
+    def _on_checkpoint_saved(self, saved: CheckpointSaved) -> None:
+        path = Path(saved.path)
+        if path != self.ckpt_in_progress:
+            raise RuntimeError(f"CheckpointSaved for {path}, expected {self.ckpt_in_progress}")
+        ckpt.mark_complete(path)
+        ckpt.prune(path.parent, self.cfg.checkpoint.keep_last)
+        self.ckpt_in_progress = None
+        self.last_ckpt_version = self.version
+        self.trainer_tasks.discard("checkpoint")
+        self.progress.note(f"checkpoint {path} complete")
+
+    def _truncate_ledger(self) -> None:
+        """Steps the resumed checkpoint does not contain never happened."""
+        path = self.run_dir / LEDGER_FILE
+        if not self.resumed:
+            path.write_text("")
+            return
+        lines = path.read_text().splitlines() if path.is_file() else []
+        kept = [line for line in lines if json.loads(line)["step"] < self.version]
+        path.write_text("".join(line + "\n" for line in kept))
+
+    # ---- the end --------------------------------------------------------------------------
+
+    def _shutdown(self, reason: str, code: int) -> int:
+        for rank in range(1, self.chan.size):
+            if rank == self.trainer_leader or rank in self.generators:
+                self.chan.send(rank, Shutdown(reason))
+        self.chan.flush()
+        self.progress.close()
+        self.metrics.close()
+        records = read_metrics(self.run_dir / "metrics.jsonl")
+        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}")
+        print(f"metrics: {self.run_dir / 'metrics.jsonl'}\nplot: {png}", flush=True)
+        return code

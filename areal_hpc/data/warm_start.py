@@ -1,0 +1,181 @@
+"""The tiny model of the CPU profile, warm-started so that RL has something to improve.
+
+A random tiny Qwen2 never produces a \\boxed{} answer, so every reward would be equal and RL
+would learn nothing. This module builds the tokenizer and the random model, trains it by SFT on
+worked solutions of the arithmetic task with the real trainer (megatron-core, one gloo rank)
+until greedy decoding solves part of a validation set, and exports it as a Hugging Face directory
+that vLLM loads. The result is cached under `.cache/` keyed by everything that shapes it, so only
+the first run pays for it:
+
+    python -m areal_hpc.data.warm_start configs/experiments/tiny-cpu.yaml   # prints the directory
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.data.arithmetic import Problem, make_splits
+
+CACHE_ENV = "AREAL_HPC_CACHE"
+READY_FILE = "warm_start.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How the warm start trains; part of the cache key."""
+
+    sft_problems: int = 6000
+    val_problems: int = 128
+    batch: int = 64
+    lr: float = 2e-3
+    max_steps: int = 400
+    eval_every: int = 50
+    # Stop once greedy decoding solves this share of the validation set: enough reward signal for
+    # RL, far enough from 1 that RL can still show a gain.
+    target_accuracy: float = 0.35
+    version: int = 1
+
+
+def cache_dir(cfg: ExperimentConfig, recipe: Recipe = Recipe()) -> Path:
+    model = dataclasses.asdict(cfg.model)
+    model.pop("path")
+    model.pop("tokenizer_path")
+    key = {"model": model, "seed": cfg.seed, "eval": cfg.data.synthetic_eval_size, "recipe": dataclasses.asdict(recipe)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(os.environ.get(CACHE_ENV, ".cache")) / "tiny-model" / f"{cfg.model.name}-{digest}"
+
+
+def is_prepared(path: Path) -> bool:
+    return (path / READY_FILE).is_file()
+
+
+def ensure_prepared(cfg: ExperimentConfig) -> Path:
+    """The cached model directory; prepares it in a child process the first time (minutes)."""
+    from areal_hpc.config.load import save_config
+
+    out = cache_dir(cfg)
+    if is_prepared(out):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another launch may be preparing the same model
+        if not is_prepared(out):
+            with tempfile.TemporaryDirectory() as tmp:
+                config = Path(tmp) / "config.yaml"
+                save_config(cfg, config)
+                print(f"preparing the tiny model in {out} (first run only; a few minutes)", file=sys.stderr, flush=True)
+                subprocess.run([sys.executable, "-m", __name__, str(config)], check=True)
+    return out
+
+
+def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Problem], list[Problem]]:
+    """Training problems with worked solutions, and validation problems; none is held out for RL."""
+    train, _ = make_splits(cfg.seed, recipe.sft_problems + recipe.val_problems, cfg.data.synthetic_eval_size)
+    return train[: recipe.sft_problems], train[recipe.sft_problems :]
+
+
+def greedy_accuracy(model_dir: Path, problems: list[Problem], max_new_tokens: int) -> float:
+    """Share of problems whose greedy completion has the right final answer (math reward)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from areal_hpc.config.schema import RewardConfig
+    from areal_hpc.reward.math_check import check_math
+    from areal_hpc.reward.task import MathTask
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    enc = tok([p.prompt for p in problems], return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(
+            **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    reward = RewardConfig()
+    return sum(check_math(MathTask(t, p.answer), reward).passed for t, p in zip(texts, problems, strict=True)) / len(
+        problems
+    )
+
+
+def _sft_config(cfg: ExperimentConfig, recipe: Recipe) -> ExperimentConfig:
+    sft = dataclasses.replace(cfg, total_steps=recipe.max_steps, device="cpu")
+    sft.trainer = dataclasses.replace(cfg.trainer, tp=1, pp=1, dp=1)
+    sft.optimizer = dataclasses.replace(cfg.optimizer, lr=recipe.lr, warmup_ratio=0.02)
+    return sft
+
+
+def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict:
+    """Build, SFT, validate and export into `out`; the marker file is written last."""
+    from transformers import AutoTokenizer
+
+    from areal_hpc.data.tiny_model import build_tiny_model
+    from areal_hpc.runtime.network import free_port
+    from areal_hpc.trainer.engine import TrainEngine
+    from areal_hpc.trainer.parallel import init_trainer_world
+
+    start = time.monotonic()
+    sft_cfg = _sft_config(cfg, recipe)
+    init_trainer_world(sft_cfg, 0, 1, f"tcp://127.0.0.1:{free_port()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        init_dir = build_tiny_model(cfg.model, Path(tmp) / "init", seed=cfg.seed)
+        engine = TrainEngine(sft_cfg)
+        engine.load_hf(init_dir)
+        tok = AutoTokenizer.from_pretrained(str(init_dir))
+        train, val = sft_and_validation(cfg, recipe)
+        pairs = [
+            (tok(p.prompt, add_special_tokens=False)["input_ids"],
+             tok(p.solution, add_special_tokens=False)["input_ids"] + [tok.eos_token_id])
+            for p in train
+        ]
+        longest = max(len(c) for _, c in pairs) + 8
+        rng = random.Random(cfg.seed)
+        history = []
+        acc, step = 0.0, 0
+        while step < recipe.max_steps:
+            for _ in range(recipe.eval_every):
+                metrics = engine.sft_step(rng.sample(pairs, recipe.batch))
+                step += 1
+            engine.export_hf(out, tokenizer_dir=init_dir)
+            acc = greedy_accuracy(out, val, longest)
+            history.append({"step": step, "loss": metrics["loss"], "val_accuracy": acc})
+            print(f"warm start: step {step} loss {metrics['loss']:.3f} validation accuracy {acc:.3f}",
+                  file=sys.stderr, flush=True)
+            if acc >= recipe.target_accuracy:
+                break
+    info = {"steps": step, "val_accuracy": acc, "seconds": time.monotonic() - start, "history": history,
+            "recipe": dataclasses.asdict(recipe)}
+    (out / READY_FILE).write_text(json.dumps(info, indent=1))
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    from areal_hpc.config.load import load_config
+
+    p = argparse.ArgumentParser(prog="python -m areal_hpc.data.warm_start", description=__doc__.split("\n")[0])
+    p.add_argument("config")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    out = cache_dir(cfg)
+    if not is_prepared(out):
+        prepare(cfg, out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

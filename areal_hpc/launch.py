@@ -1,0 +1,31 @@
+"""`python -m areal_hpc.launch CONFIG [--set key=value ...]`: the entry point of every MPI rank.
+
+    .venv/bin/mpiexec -n 3 .venv/bin/python -m areal_hpc.launch configs/experiments/tiny-cpu.yaml
+
+Rank 0 becomes the controller, the next tp*pp*dp ranks the trainers, the rest the generators.
+Nothing here imports mpi4py or vLLM at import time: vLLM's engine process re-imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m areal_hpc.launch", description=__doc__.split("\n")[0])
+    p.add_argument("config", help="experiment YAML, e.g. configs/experiments/tiny-cpu.yaml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override, e.g. --set rollout.eta=0 (repeatable)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from areal_hpc.runtime.world import run
+
+    return run(args.config, args.overrides)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Failures end the whole job within seconds, named by rank 0; nothing waits forever.
+
+A worker that raises sends WorkerFailed to rank 0 and waits to be aborted; rank 0 prints the
+rank, role and reason and calls MPI_Abort, which makes mpiexec (or srun) kill every rank and exit
+non-zero. If rank 0 cannot do it in time, the worker leaves with os._exit, which the launcher
+also treats as a failure of the job. A rank killed outright (kill -9) is detected by the launcher
+in the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+from areal_hpc.runtime.messages import WorkerFailed
+from areal_hpc.runtime.transport import Channel
+
+CONTROLLER_RANK = 0
+# Seconds a failed worker waits for rank 0's abort before leaving on its own.
+ABORT_GRACE_S = 10.0
+
+
+def reason_of(exc: BaseException) -> str:
+    """The exception and where it was raised, on one line."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno} in {tb[-1].name})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def describe(failed: WorkerFailed) -> str:
+    return f"rank {failed.rank} ({failed.role}) failed: {failed.reason}"
+
+
+def worker_failed(chan: Channel, role: str, exc: BaseException) -> None:
+    """Report `exc` to rank 0, wait for the abort, and leave without MPI_Finalize."""
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
+    try:
+        chan.send(CONTROLLER_RANK, WorkerFailed(chan.rank, role, reason_of(exc)))
+        chan.flush(ABORT_GRACE_S / 2)
+        time.sleep(ABORT_GRACE_S)
+    finally:
+        os._exit(1)
+
+
+def abort_job(comm, message: str, code: int = 1) -> None:
+    """Rank 0: print why the job ends and take every rank down."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    comm.Abort(code)

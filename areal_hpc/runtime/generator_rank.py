@@ -1,0 +1,146 @@
+"""A generator rank: one vLLM engine and one reward pool, driven by the controller's messages.
+
+Requests are submitted as they arrive; every finished sample is scored by the reward pool as soon
+as it finishes (overlapping generation) and sent to the controller. A weight update is awaited in
+place, so every request that arrives after UpdateWeights(v) is generated with version >= v.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from areal_hpc.runtime.layout import CONTROLLER_RANK
+from areal_hpc.runtime.messages import (
+    GenerateRequest,
+    LaunchPlan,
+    Shutdown,
+    Trajectory,
+    UpdateWeights,
+    WeightGroupAddress,
+    WeightsLoaded,
+    WorkerReady,
+)
+from areal_hpc.runtime.transport import POLL_S, Channel
+
+log = logging.getLogger(__name__)
+
+
+def reward_task(spec: dict, response: str):
+    """The reward service's task for one response, from the request's reward spec."""
+    from areal_hpc.reward.code_tests import parse_tests
+    from areal_hpc.reward.task import CodeTask, MathTask
+
+    if spec["kind"] == "math":
+        return MathTask(response, spec["answer"])
+    if spec["kind"] == "code":
+        tests = spec.get("tests") or json.loads(spec["answer"])
+        return CodeTask(response, parse_tests(tests))
+    raise ValueError(f"unknown reward kind {spec['kind']!r}")
+
+
+class GeneratorRank:
+    def __init__(self, plan: LaunchPlan, chan: Channel, index: int) -> None:
+        self.plan, self.chan, self.index = plan, chan, index
+        self.cfg = plan.config
+        self.specs: dict[int, tuple[dict, int]] = {}  # prompt id -> (reward spec, samples left)
+        self.tasks: set[asyncio.Task] = set()
+        self.failure: BaseException | None = None
+
+    async def recv(self) -> object:
+        while (got := self.chan.poll(CONTROLLER_RANK)) is None:
+            self._raise_failure()
+            await asyncio.sleep(POLL_S)
+        return got[1]
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self.failure is None:
+            self.failure = task.exception()
+
+    async def _join_weight_groups(self, gen) -> None:
+        """Join one weight group per trainer pipeline stage, in stage order."""
+        addresses: list[WeightGroupAddress] = []
+        while len(addresses) < self.cfg.trainer.pp:
+            msg = await self.recv()
+            if not isinstance(msg, WeightGroupAddress):
+                raise RuntimeError(f"expected a weight group address, got {msg!r:.200}")
+            addresses.append(msg)
+        offset = 1 + self.index * self.cfg.generator.tensor_parallel_size
+        for a in sorted(addresses, key=lambda a: a.stage):
+            await gen.init_weight_group(a.host, a.port, a.world_size, offset)
+
+    async def _collect(self, gen, pool, tokenizer) -> None:
+        """Score every finished sample as soon as it finishes and send it on."""
+        while True:
+            traj = await gen.finished()
+            self._spawn(self._score_and_send(traj, pool, tokenizer))
+
+    async def _score_and_send(self, traj: Trajectory, pool, tokenizer) -> None:
+        spec, left = self.specs[traj.prompt_id]
+        if left == 1:
+            del self.specs[traj.prompt_id]
+        else:
+            self.specs[traj.prompt_id] = (spec, left - 1)
+        start = time.monotonic()
+        text = tokenizer.decode(traj.output_ids, skip_special_tokens=True)
+        verdict = await pool.score(reward_task(spec, text))
+        traj.reward = verdict.reward
+        traj.reward_reason = verdict.reason
+        traj.reward_s = time.monotonic() - start
+        self.chan.send(CONTROLLER_RANK, traj)
+
+    async def main(self) -> None:
+        from transformers import AutoTokenizer
+
+        from areal_hpc.reward.pool import RewardPool
+        from areal_hpc.rollout.generator import Generator
+
+        cfg = self.cfg
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or self.plan.model_dir)
+        gen = Generator(cfg, self.plan.model_dir)
+        try:
+            await gen.start()
+            async with RewardPool(cfg.reward) as pool:
+                await self._join_weight_groups(gen)
+                self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, "generator"))
+                log.info("generator %d ready", self.index)
+                self._spawn(self._collect(gen, pool, tokenizer))
+                await self._serve(gen)
+                for task in list(self.tasks):
+                    task.cancel()
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            await gen.shutdown()
+        self.chan.flush()
+
+    async def _serve(self, gen) -> None:
+        while True:
+            msg = await self.recv()
+            if isinstance(msg, GenerateRequest):
+                self.specs[msg.prompt_id] = (msg.reward_spec, msg.group_size)
+                gen.submit(msg)
+            elif isinstance(msg, UpdateWeights):
+                update = await gen.update_weights(msg.version)
+                self.chan.send(
+                    CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, update.checksums)
+                )
+            elif isinstance(msg, Shutdown):
+                return
+            else:
+                raise RuntimeError(f"generator {self.index}: unexpected message {msg!r:.200}")
+
+
+def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
+    asyncio.run(GeneratorRank(plan, chan, index).main())

@@ -1,0 +1,78 @@
+"""Rank 0's checks before any process group exists: config, world size, model directory, data.
+
+Everything a user can get wrong is found here and reported as one UserError, so a bad launch
+fails in seconds with a clear message instead of inside a collective on some other rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from areal_hpc.config.hf import read_hf_config, shape_mismatches
+from areal_hpc.config.load import load_config
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.validate import check_world
+from areal_hpc.controller.checkpoint import ControllerState, resume_from
+from areal_hpc.data.prompts import DataError, PromptRow, train_and_eval_prompts
+from areal_hpc.errors import UserError
+from areal_hpc.runtime.messages import LaunchPlan
+
+
+@dataclass
+class Prompts:
+    """The training and held-out prompts with their token ids (the controller's data)."""
+
+    train: list[PromptRow]
+    train_ids: list[list[int]]
+    held_out: list[PromptRow]
+    held_out_ids: list[list[int]]
+
+
+def model_dir_of(cfg: ExperimentConfig) -> Path:
+    """model.path, or the cached warm-started tiny model (prepared on first use)."""
+    if cfg.model.path is not None:
+        path = Path(cfg.model.path)
+    else:
+        from areal_hpc.data.warm_start import ensure_prepared
+
+        path = ensure_prepared(cfg)
+    problems = shape_mismatches(cfg.model, read_hf_config(path))
+    if problems:
+        raise UserError(f"model directory {path} does not match the config: " + "; ".join(problems))
+    return path
+
+
+def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    ids = tok([r.prompt for r in rows], add_special_tokens=False)["input_ids"]
+    for n, row_ids in enumerate(ids, 1):
+        if len(row_ids) > max_len:
+            raise DataError(
+                f"{what}: row {n}: the prompt has {len(row_ids)} tokens, more than"
+                f" rollout.max_prompt_len = {max_len}"
+            )
+    return ids
+
+
+def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
+    cfg = load_config(config, overrides)
+    problems = check_world(cfg, world_size)
+    if problems:
+        raise UserError("; ".join(problems))
+    model_dir = model_dir_of(cfg)
+    train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
+    tok_dir = Path(cfg.model.tokenizer_path or model_dir)
+    max_len = cfg.rollout.max_prompt_len
+    prompts = Prompts(
+        train,
+        tokenize(train, tok_dir, max_len, cfg.data.train_path or "synthetic training prompts"),
+        held_out,
+        tokenize(held_out, tok_dir, max_len, cfg.data.eval_path or "synthetic held-out prompts"),
+    )
+    resume = resume_from(cfg)
+    version = ControllerState.load(resume).version if resume is not None else 0
+    plan = LaunchPlan(cfg, str(model_dir), None if resume is None else str(resume), version)
+    return plan, prompts

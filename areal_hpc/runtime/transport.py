@@ -1,0 +1,66 @@
+"""Typed messages between MPI ranks, sent and received without blocking or spinning.
+
+MPICH's blocking receive busy-polls a core, which would take CPU from the trainer and the
+generator on a small machine; so every wait here is a probe followed by a short sleep. All
+messages use one tag, so the messages from one rank to another arrive in the order sent.
+
+mpi4py is imported inside functions: a rank that starts vLLM's AsyncLLM must not import it at
+module import time (its engine process re-imports the main module; notes/mpi.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+TAG = 11
+POLL_S = 0.002
+
+
+class Channel:
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.rank: int = comm.Get_rank()
+        self.size: int = comm.Get_size()
+        self._pending: list[Any] = []
+
+    def send(self, dest: int, msg: object) -> None:
+        """Queue `msg` for `dest`; returns at once (large messages complete in the background)."""
+        self._pending.append(self.comm.isend(msg, dest=dest, tag=TAG))
+        self._reap()
+
+    def _reap(self) -> None:
+        self._pending = [r for r in self._pending if not r.Test()]
+
+    def poll(self, source: int | None = None) -> tuple[int, object] | None:
+        """The next message from `source` (any rank when None), or None if there is none yet."""
+        from mpi4py import MPI
+
+        self._reap()
+        status = MPI.Status()
+        src = MPI.ANY_SOURCE if source is None else source
+        if not self.comm.iprobe(source=src, tag=TAG, status=status):
+            return None
+        sender = status.Get_source()
+        return sender, self.comm.recv(source=sender, tag=TAG)
+
+    def recv(self, source: int | None = None, timeout: float | None = None) -> tuple[int, object]:
+        """Wait for the next message from `source`, sleeping between probes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            got = self.poll(source)
+            if got is not None:
+                return got
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: no message from rank {source} in {timeout} s")
+            time.sleep(POLL_S)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued send completed; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._pending:
+            self._reap()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
