@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from areal_hpc.trainer import cpu_compat
 from areal_hpc.trainer.errors import WeightsError
 
+# The distributed optimizer's state layout: per data-parallel group, reshardable across a change of
+# the data-parallel size (megatron's default; "fully_sharded_model_space" fails validation in 0.16.1).
+_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+
 
 def _sharded_state(ddp, optimizer, is_loading: bool) -> dict:
     model_state = ddp.module.sharded_state_dict()
-    return {"model": model_state, "optimizer": optimizer.sharded_state_dict(model_state, is_loading=is_loading)}
+    optim_state = optimizer.sharded_state_dict(model_state, is_loading=is_loading, metadata=_METADATA)
+    return {"model": model_state, "optimizer": optim_state}
 
 
 def save(path: Path, ddp, optimizer, scheduler, counters: dict[str, int]) -> None:
@@ -42,7 +48,9 @@ def load(path: Path, ddp, optimizer, scheduler) -> dict[str, int]:
 
     if not (path / "metadata.json").is_file():
         raise WeightsError(f"{path}: not a trainer checkpoint (no metadata.json)")
-    with cpu_compat.cuda_as_cpu():
+    cpu_compat.prime_optimizer_state(optimizer)
+    # Loading copies into views of the parameters (the distributed optimizer's fp32 shards).
+    with torch.no_grad(), cpu_compat.cuda_as_cpu():
         template = _sharded_state(ddp, optimizer, is_loading=True)
         try:
             state = dist_checkpointing.load(template, str(path))
@@ -50,5 +58,6 @@ def load(path: Path, ddp, optimizer, scheduler) -> dict[str, int]:
             raise WeightsError(f"{path}: {e}") from None
         ddp.module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+    cpu_compat.restore_adam_steps(optimizer)
     scheduler.load_state_dict(state["scheduler"])
     return state["counters"]

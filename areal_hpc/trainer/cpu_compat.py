@@ -119,3 +119,44 @@ class _CudaAsCpu(TorchFunctionMode):
 def cuda_as_cpu() -> contextlib.AbstractContextManager:
     """Context for megatron calls that name the CUDA device (see _CudaAsCpu); no-op with CUDA."""
     return _CudaAsCpu() if needed() else contextlib.nullcontext()
+
+
+def prime_optimizer_state(optimizer) -> None:
+    """Give a fresh distributed optimizer per-parameter state before a checkpoint is loaded into it.
+
+    Without Apex or Transformer Engine (the CPU profile), optimizer/distrib_optimizer.py:640-642
+    reads the Adam step from torch's per-parameter state and asserts there is exactly one value,
+    which fails on an optimizer that has not stepped yet. Megatron's own remedy for that case
+    (distrib_optimizer.py:1137, used at :1357 for FSDP) is one step on zero gradients; the loaded
+    checkpoint then overwrites both the weights and the state.
+    """
+    from megatron.core.optimizer import distrib_optimizer
+
+    if distrib_optimizer.HAVE_APEX_OR_TE:
+        return
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if isinstance(opt, distrib_optimizer.DistributedOptimizer) and not opt.optimizer.state:
+            with cuda_as_cpu():
+                opt._init_optimizer_states_with_dummy_values()
+
+
+def restore_adam_steps(optimizer) -> None:
+    """Give each parameter its own, correct Adam step after a distributed checkpoint is loaded.
+
+    Without Apex or Transformer Engine, optimizer/distrib_optimizer.py:818-825 hands one shared
+    step tensor to every parameter's torch Adam state (torch then increments it once per parameter
+    per step), and :940-941 copies into it the step of the template the checkpoint was loaded
+    through. The step saved in the param groups (:672-674) is the right one; set it per parameter.
+    """
+    from megatron.core.optimizer import distrib_optimizer
+
+    if distrib_optimizer.HAVE_APEX_OR_TE:
+        return
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if not isinstance(opt, distrib_optimizer.DistributedOptimizer):
+            continue
+        for group in opt.optimizer.param_groups:
+            for param in group["params"]:
+                state = opt.optimizer.state[param]
+                if "step" in state and group.get("step") is not None:
+                    state["step"] = torch.tensor(float(group["step"]), dtype=torch.float32)

@@ -429,6 +429,21 @@ class TrainEngine:
 
         The whole list is one minibatch; the loss is the mean over all completion tokens."""
         start = time.perf_counter()
+        seqs = self._sft_sequences(sequences)
+        loss = self._sft_backward(seqs)
+        grad_norm = self._optimizer_step()
+        elapsed = time.perf_counter() - start
+        batch_tokens = sum(s.length for s in seqs)
+        return {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "tokens": float(batch_tokens),
+            "tokens_per_s": batch_tokens / elapsed,
+            "step_s": elapsed,
+        }
+
+    def _sft_sequences(self, sequences: list[tuple[list[int], list[int]]]) -> list[TokenSequence]:
         budget = self.cfg.trainer.micro_batch_tokens
         seqs = []
         for k, (prompt, completion) in enumerate(sequences):
@@ -438,24 +453,18 @@ class TrainEngine:
             if seq.length > budget:
                 raise BatchError(f"SFT sequence {k}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}")
             seqs.append(seq)
+        return seqs
+
+    def _sft_backward(self, seqs: list[TokenSequence]) -> float:
+        """Gradients of the mean completion NLL in the grad buffers; returns that mean."""
         self._zero_grad()
         groups = self._micro_batches(seqs, self._share(list(range(len(seqs))), seqs))
         sums: dict[str, float] = {}
         for stats in self._run(groups, seqs, self._sft_loss, forward_only=False):
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
-        grad_norm = self._optimizer_step()
         total, _ = self._reduce(sums, {})
-        elapsed = time.perf_counter() - start
-        batch_tokens = sum(s.length for s in seqs)
-        return {
-            "loss": total["loss"] / max(total["tokens"], 1.0),
-            "grad_norm": grad_norm,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "tokens": float(batch_tokens),
-            "tokens_per_s": batch_tokens / elapsed,
-            "step_s": elapsed,
-        }
+        return total["loss"] / max(total["tokens"], 1.0)
 
     def _sft_loss(self, mb: PackedMicroBatch, output: torch.Tensor):
         nll, tokens = sft_loss_terms(self._token_logprobs(output, mb), mb.mask)

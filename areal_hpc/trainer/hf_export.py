@@ -7,7 +7,7 @@ convert.py, a bucket at a time, so no rank ever holds more than its stage plus o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -55,8 +55,11 @@ def _gather(shard: torch.Tensor, rule: Rule, ranks: RankInfo) -> list[torch.Tens
     return parts
 
 
-def stream(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: RankInfo,
-           bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def stream(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: RankInfo, bucket_bytes: int,
+           tensor_of: Callable[[torch.nn.Parameter], torch.Tensor] = torch.Tensor.detach,
+           ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """See TrainEngine.iter_hf_weights; `tensor_of` picks what to stream of each parameter (its
+    value, or e.g. its gradient)."""
     params = dict(model.named_parameters())
     exported = [r for r in rules if r.exported]
     sizes = [_full_bytes(params[r.megatron], r, ranks.tp_size) for r in exported]
@@ -64,7 +67,7 @@ def stream(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: Ran
         out: list[tuple[str, torch.Tensor]] = []
         for rule in (exported[i] for i in bucket):
             with torch.no_grad():
-                shards = _gather(params[rule.megatron].detach(), rule, ranks)
+                shards = _gather(tensor_of(params[rule.megatron]), rule, ranks)
             if shards is not None:
                 out += zip(rule.hf, from_shards(rule, shards, m), strict=True)
         yield out

@@ -69,10 +69,10 @@ def init_trainer_world(cfg: ExperimentConfig, rank: int, world_size: int, init_m
     gloo on CPU, NCCL on GPU. Idempotent for the process group; raises ParallelConfigError for a
     layout the model cannot use.
     """
-    from megatron.core import parallel_state, tensor_parallel
-
     check_parallel(cfg, world_size)
     device = resolve_device(cfg)
+    from megatron.core import parallel_state, tensor_parallel
+
     if device == "cpu":
         cpu_compat.apply()
     else:

@@ -1,0 +1,216 @@
+"""Trainer ranks for the multi-process tests, launched with torch.distributed.run (gloo, CPU).
+
+    python -m torch.distributed.run --nproc-per-node N tests/trainer/worker.py SCENARIO OUT MODEL
+
+Each scenario builds real TrainEngines on the tiny Qwen2 in MODEL and saves what the tests compare
+to OUT/<scenario>-rank<r>.pt; the assertions live in the test modules. Scenarios:
+- single (1 rank): logits, packed and padded log-probs, TP1 reference loss and gradients, one SFT
+  step's weights, export -> import -> export, bad checkpoints;
+- layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2 and dp=2, and
+  the hf export at tp=2 and pp=2;
+- resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
+- resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from areal_hpc.config import load_config
+from areal_hpc.runtime.messages import Trajectory
+from areal_hpc.trainer import hf_export
+from areal_hpc.trainer.engine import TrainEngine
+from areal_hpc.trainer.parallel import init_trainer_world
+
+LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "dp2": (1, 1, 2)}
+
+
+def config(tp: int = 1, pp: int = 1, dp: int = 1, *extra: str):
+    return load_config("configs/experiments/tiny-cpu.yaml", [
+        f"trainer.tp={tp}", f"trainer.pp={pp}", f"trainer.dp={dp}", "trainer.micro_batch_tokens=256",
+        "rollout.max_prompt_len=64", "rollout.max_new_tokens=64", "ppo.minibatches=2", "optimizer.lr=1e-3",
+        "optimizer.warmup_ratio=0", *extra,
+    ])
+
+
+def sft_batch(seed: int = 0, n: int = 12) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    return [([rng.randrange(512) for _ in range(rng.randint(2, 20))],
+             [rng.randrange(512) for _ in range(rng.randint(1, 60))]) for _ in range(n)]
+
+
+def trajectories(seed: int = 1, prompts: int = 4, group: int = 4) -> list[Trajectory]:
+    """A PPO batch with rewards +-5 and behaviour log-probs to be filled in by the caller."""
+    rng = random.Random(seed)
+    out = []
+    for p in range(prompts):
+        prompt = [rng.randrange(512) for _ in range(rng.randint(3, 16))]
+        for s in range(group):
+            n = rng.randint(1, 50)
+            out.append(Trajectory(p, s, prompt, [rng.randrange(512) for _ in range(n)], [0.0] * n, [0] * n,
+                                  "stop", reward=rng.choice([5.0, -5.0])))
+    return out
+
+
+def with_behaviour(engine: TrainEngine, trajs: list[Trajectory], seed: int) -> list[Trajectory]:
+    """Behaviour log-probs near the current policy's, as from a slightly stale generator."""
+    rng = random.Random(seed)
+    for t, lps in zip(trajs, engine.compute_logprobs(trajs), strict=True):
+        t.logprobs = [lp + rng.uniform(-0.3, 0.3) for lp in lps]
+        t.versions = [engine.version] * len(lps)
+    return trajs
+
+
+def hf_tensors(engine: TrainEngine, grads: bool = False) -> dict[str, torch.Tensor]:
+    """This stage's full tensors (or gradients) by HF name on the stage leader; {} elsewhere."""
+    pick = (lambda p: p.main_grad.detach()) if grads else torch.Tensor.detach
+    buckets = hf_export.stream(engine.model, engine.rules, engine.cfg.model, engine.ranks, 2**20, pick)
+    return {n: t.clone() for bucket in buckets for n, t in bucket}
+
+
+def measure(engine: TrainEngine, model_dir: str) -> dict:
+    """Loss, gradients, log-probs and the weights after one SFT step, from the tiny model."""
+    engine.load_hf(model_dir)
+    seqs = engine._sft_sequences(sft_batch())
+    loss = engine._sft_backward(seqs)
+    grads = hf_tensors(engine, grads=True) if engine.ranks.dp_size == 1 else {}
+    logprobs = engine.compute_logprobs(trajectories())
+    engine.sft_step(sft_batch())
+    return {"loss": loss, "grads": grads, "logprobs": logprobs, "after_step": hf_tensors(engine)}
+
+
+def padded_logprobs(engine: TrainEngine, trajs: list[Trajectory]) -> list[list[float]]:
+    """Reference: right-padded [b, s] batch through the unpacked path, log-softmax in full."""
+    rows = [t.prompt_ids + t.output_ids for t in trajs]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    with torch.no_grad():
+        logp = engine.model(ids, None, None).float().log_softmax(-1)
+    out = []
+    for b, t in enumerate(trajs):
+        p = len(t.prompt_ids)
+        out.append([logp[b, p - 1 + i, tok].item() for i, tok in enumerate(t.output_ids)])
+    return out
+
+
+def broken_copies(model_dir: Path, out: Path) -> dict[str, Path]:
+    """The tiny checkpoint with one tensor removed, one tensor mis-shaped, and an extra tensor."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(model_dir / "model.safetensors"))
+    edits = {
+        "missing": lambda t: t.pop("model.layers.1.mlp.up_proj.weight"),
+        "misshaped": lambda t: t.update({"model.layers.2.self_attn.k_proj.weight": torch.zeros(32, 128)}),
+        "unexpected": lambda t: t.update({"model.layers.9.mlp.gate_proj.weight": torch.zeros(1)}),
+    }
+    dirs = {}
+    for name, edit in edits.items():
+        d = out / f"broken-{name}"
+        shutil.copytree(model_dir, d, dirs_exist_ok=True)
+        copy = dict(tensors)
+        edit(copy)
+        save_file(copy, str(d / "model.safetensors"), metadata={"format": "pt"})
+        dirs[name] = d
+    return dirs
+
+
+def single(out: Path, model_dir: str) -> dict:
+    cfg = config()
+    init_trainer_world(cfg, 0, 1, "env://")
+    engine = TrainEngine(cfg)
+    result = measure(engine, model_dir)
+    engine.load_hf(model_dir)
+    ids = torch.tensor([list(range(7, 107, 3))])
+    with torch.no_grad():
+        result["logits"] = engine.model(ids, None, None)[0].clone()
+    result["logits_ids"] = ids
+    trajs = trajectories()
+    result["packed"] = engine.compute_logprobs(trajs)
+    result["padded"] = padded_logprobs(engine, trajs)
+    engine.train_step(with_behaviour(engine, trajs, 0))
+    result["trained"] = hf_tensors(engine)
+    engine.export_hf(out / "export-a")
+    engine.load_hf(out / "export-a")
+    engine.export_hf(out / "export-b")
+    with torch.no_grad():
+        result["trained_logits"] = engine.model(ids, None, None)[0].clone()
+    errors = {}
+    for name, d in broken_copies(Path(model_dir), out).items():
+        try:
+            engine.load_hf(d)
+            errors[name] = "no error"
+        except Exception as e:  # the test checks the type and the message
+            errors[name] = f"{type(e).__name__}: {e}"
+    long = trajectories()[:2]
+    long[0].output_ids = long[0].output_ids * 20
+    long[0].logprobs = long[0].versions = [0] * len(long[0].output_ids)
+    ragged = trajectories()[:2]
+    ragged[1].logprobs = ragged[1].logprobs[:-1]
+    for name, batch in (("too_long", long), ("ragged", ragged)):
+        try:
+            engine.train_step(batch)
+            errors[name] = "no error"
+        except Exception as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+    result["errors"] = errors
+    return result
+
+
+def layouts(out: Path, model_dir: str) -> dict:
+    result = {}
+    for name, (tp, pp, dp) in LAYOUTS.items():
+        cfg = config(tp, pp, dp)
+        init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
+        engine = TrainEngine(cfg)
+        result[name] = measure(engine, model_dir)
+        if dp == 1:
+            engine.load_hf(model_dir)
+            engine.export_hf(out / f"export-{name}")
+        del engine
+    return result
+
+
+def resume_a(out: Path, model_dir: str) -> dict:
+    cfg = config(1, 1, 2)
+    init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
+    engine = TrainEngine(cfg)
+    engine.load_hf(model_dir)
+    before = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s))["loss"] for s in range(3)]
+    engine.save_checkpoint(out / "ckpt")
+    after = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
+    return {"before": before, "after": after, "weights": hf_tensors(engine)}
+
+
+def resume_b(out: Path, model_dir: str) -> dict:
+    cfg = config(1, 1, 2)
+    init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
+    engine = TrainEngine(cfg)  # fresh random weights: everything must come from the checkpoint
+    engine.load_checkpoint(out / "ckpt")
+    version = engine.version
+    after = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
+    return {"version": version, "after": after, "weights": hf_tensors(engine)}
+
+
+def main() -> None:
+    scenario, out, model_dir = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b}[scenario](
+            out, model_dir)
+    except Exception:
+        result = {"error": traceback.format_exc()}
+    torch.save(result, out / f"{scenario}-rank{rank}.pt")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
