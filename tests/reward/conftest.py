@@ -19,7 +19,7 @@ HARNESS_MARK = "The test driver that runs inside the sandbox"
 
 
 def reward_config(backend: str, **code: object) -> RewardConfig:
-    return RewardConfig(workers=1, code=CodeSandboxConfig(**{**LIMITS, **code, "backend": backend}))
+    return RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(**{**LIMITS, **code, "backend": backend}))
 
 
 @functools.cache

@@ -1,0 +1,218 @@
+"""Hostile programs through the reward pool, on every sandbox backend that works here.
+
+Each program is real and runs for real. Where the attack itself would produce the expected output
+(reading the secret, connecting, writing outside, allocating), a pass would mean an escape. Every
+program must fail with a reason, leave no process behind, and the pool must then serve a normal
+task. What a fallback backend cannot guarantee (see areal_hpc/reward/sandbox.py) skips with that
+reason instead of passing vacuously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from areal_hpc.reward.code_tests import TestSuite, parse_tests
+from areal_hpc.reward.pool import RewardPool
+from areal_hpc.reward.task import CodeTask, Verdict
+from tests.reward.conftest import reward_config, sandbox_processes
+
+ADD = parse_tests({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
+ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
+AS_ROOT = os.geteuid() == 0
+
+
+def _one_case(expected: str) -> TestSuite:
+    return parse_tests({"inputs": ["1 2\n"], "outputs": [expected]})
+
+
+@pytest.fixture(scope="module")
+def served(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
+    """One pool per backend for the module, driven from a persistent event loop."""
+    runner = asyncio.Runner()
+    pool = runner.run(RewardPool(reward_config(backend, total_timeout_s=3.0)).start())
+    try:
+        yield runner, pool
+    finally:
+        runner.run(pool.close())
+        runner.close()
+
+
+def contained(served: tuple[asyncio.Runner, RewardPool], program: str, tests: TestSuite = ADD) -> Verdict:
+    """Score a hostile program and check the aftermath; returns its verdict."""
+    runner, pool = served
+    verdict = runner.run(pool.score(CodeTask(program, tests)))
+    assert verdict.reward == pool.config.wrong and verdict.reason, verdict
+    for pid in pool.worker_pids():
+        assert pid is not None and psutil.Process(pid).children(recursive=True) == []
+    assert sandbox_processes() == []
+    again = runner.run(pool.score(CodeTask(ADD_PROGRAM, ADD)))
+    assert again == Verdict(pool.config.correct, 2, 2, "passed all 2 tests")
+    return verdict
+
+
+def test_fork_bomb(served) -> None:
+    program = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    verdict = contained(served, program)
+    assert time.monotonic() - start < 20
+    assert "time limit" in verdict.reason or "exceeded" in verdict.reason
+
+
+def test_memory_bomb(served) -> None:
+    program = "blocks = []\nfor _ in range(256):\n    blocks.append(b'x' * (16 << 20))  # 4 GiB, touched\nprint('allocated')\n"
+    verdict = contained(served, program, _one_case("allocated"))
+    assert "memory" in verdict.reason.lower() or "killed" in verdict.reason
+
+
+def test_infinite_loop(served) -> None:
+    verdict = contained(served, "while True:\n    pass\n")
+    assert "time limit" in verdict.reason
+
+
+def test_detached_child_outliving_the_run(served) -> None:
+    marker = f"{secrets.randbelow(10**6)}.4242"  # a unique sleep duration to look for afterwards
+    program = (
+        "import os\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n"
+        "    os._exit(0)\n"
+        + ADD_PROGRAM
+    )
+    verdict = contained(served, program)
+    assert "left processes running" in verdict.reason
+    assert sandbox_processes(marker) == []
+
+
+def test_writing_outside_the_working_directory(served) -> None:
+    if served[1].config.code.backend != "bwrap":
+        pytest.skip("only bwrap isolates the file system; the fallbacks rely on file permissions")
+    target = Path(tempfile.mkdtemp(prefix="areal-hostile-"))
+    stray = Path(tempfile.gettempdir()) / f"areal-escape-{secrets.token_hex(4)}"
+    try:
+        target.chmod(0o777)  # writable by anyone who can see it
+        program = (
+            "written = []\n"
+            f"for path in ({str(target / 'escaped.txt')!r}, {str(stray)!r}, '/usr/escaped', '/escaped'):\n"
+            "    try:\n"
+            "        open(path, 'w').write('x')\n"
+            "        written.append(path)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print('escaped' if written else 'contained')\n"
+        )
+        verdict = contained(served, program, _one_case("escaped"))
+        assert "wrong answer" in verdict.reason
+        assert list(target.iterdir()) == [] and not stray.exists()
+    finally:
+        shutil.rmtree(target)
+        stray.unlink(missing_ok=True)
+
+
+def test_reading_a_secret_outside_the_working_directory(served) -> None:
+    isolated = served[1].config.code.backend == "bwrap"
+    if not isolated and not AS_ROOT:
+        pytest.skip("the fallbacks hide files only by permissions, and this program runs as the same user")
+    folder = Path(tempfile.mkdtemp(prefix="areal-hostile-"))
+    try:
+        folder.chmod(0o755)
+        secret = folder / "secret.txt"
+        secret.write_text(token := secrets.token_hex(16))
+        # bwrap: readable by anyone, so only the sandbox's view of the file system hides it;
+        # fallbacks as root: the program runs as nobody and the file is root's alone.
+        secret.chmod(0o644 if isolated else 0o600)
+        program = f"print(open({str(secret)!r}).read())\n"
+        verdict = contained(served, program, _one_case(token))
+        assert "Error" in verdict.reason
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_connecting_to_a_local_socket(served) -> None:
+    if served[1].config.code.backend == "rlimits":
+        pytest.skip("the rlimits backend has no network namespace")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        program = (
+            "import socket\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "print('connected')\n"
+        )
+        verdict = contained(served, program, _one_case("connected"))
+        assert "runtime error" in verdict.reason
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever connected
+
+
+def test_printing_gigabytes(served) -> None:
+    program = "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(4096):\n    sys.stdout.write(chunk)\n"
+    start = time.monotonic()
+    verdict = contained(served, program)
+    assert "output limit exceeded" in verdict.reason
+    assert time.monotonic() - start < 20
+
+
+_ANCESTORS = (
+    "import os, signal, time\n"
+    "pid, chain = os.getpid(), []\n"
+    "while True:\n"
+    "    with open(f'/proc/{pid}/stat') as f:\n"
+    "        pid = int(f.read().rsplit(')', 1)[1].split()[1])\n"
+    "    if pid == 0:\n"
+    "        break\n"
+    "    chain.append(pid)\n"
+)
+
+
+def _harness_is_init(served) -> bool:
+    """Skip where the program could reach the test itself; True where the harness is its PID
+    namespace's init (unshare), which the kernel shields from signals sent inside the namespace."""
+    backend = served[1].config.code.backend
+    if backend == "rlimits" and not AS_ROOT:
+        pytest.skip("without namespaces or a separate user, the program could signal the test itself")
+    return backend == "unshare"
+
+
+def test_signalling_the_parent(served) -> None:
+    shielded = _harness_is_init(served)
+    program = _ANCESTORS + (
+        "for p in chain:\n"
+        "    try:\n"
+        "        os.kill(p, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "time.sleep(0.5)\n"
+    )
+    start = time.monotonic()
+    verdict = contained(served, program)
+    assert time.monotonic() - start < 20
+    assert ("wrong answer" if shielded else "the sandbox ended") in verdict.reason
+
+
+def test_stopping_the_parent(served) -> None:
+    shielded = _harness_is_init(served)
+    program = _ANCESTORS + (
+        "for p in chain:\n"
+        "    try:\n"
+        "        os.kill(p, signal.SIGSTOP)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('stopped')\n"
+    )
+    verdict = contained(served, program)
+    assert ("wrong answer" if shielded else "total time limit") in verdict.reason
