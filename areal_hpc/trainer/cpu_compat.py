@@ -160,3 +160,17 @@ def restore_adam_steps(optimizer) -> None:
                 state = opt.optimizer.state[param]
                 if "step" in state and group.get("step") is not None:
                     state["step"] = torch.tensor(float(group["step"]), dtype=torch.float32)
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """The norm of the CPU layer spec, also under sequence parallelism.
+
+    Without Apex or Transformer Engine the local spec uses transformer/torch_norm.py's
+    WrappedTorchNorm, which asserts that sequence parallelism is off (torch_norm.py:32). This
+    norm marks its weight `sequence_parallel` as TE's norms do, so finalize_model_grads
+    (distributed/finalize_model_grads.py:354) all-reduces its gradient over the TP group.
+    """
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_):
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = config.sequence_parallel

@@ -65,20 +65,26 @@ def transformer_config(cfg: ExperimentConfig, device: str):
     )
 
 
-def layer_spec(device: str):
+def layer_spec(config, device: str):
+    """Transformer Engine layers on GPU; on CPU the local spec with packed attention and a norm
+    that supports sequence parallelism (see cpu_compat.RMSNorm), also for the final norm."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
     if device == "cuda":
         return get_gpt_layer_with_transformer_engine_spec()
+    from areal_hpc.trainer.cpu_compat import RMSNorm
     from areal_hpc.trainer.packed_attention import PackedCoreAttention
 
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    attention = spec.submodules.self_attention
+    layer = spec.submodules
+    layer.input_layernorm = layer.pre_mlp_layernorm = RMSNorm
+    attention = layer.self_attention
     attention.submodules = dataclasses.replace(attention.submodules, core_attention=PackedCoreAttention)
-    return spec
+    return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(config), layer_norm=RMSNorm)
 
 
 def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage: bool):
@@ -88,10 +94,11 @@ def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage:
     from areal_hpc.trainer import cpu_compat
 
     m = cfg.model
+    config = transformer_config(cfg, device)
     with cpu_compat.cuda_as_cpu():
         model = GPTModel(
-            config=transformer_config(cfg, device),
-            transformer_layer_spec=layer_spec(device),
+            config=config,
+            transformer_layer_spec=layer_spec(config, device),
             vocab_size=m.vocab_size,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first_stage,

@@ -1,4 +1,5 @@
-"""TP=2, PP=2 and DP=2 compute what one rank computes, from the same starting weights."""
+"""TP=2, PP=2, DP=2 and TP=2 with sequence parallelism compute what one rank computes, from the
+same starting weights."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from safetensors.torch import load_file
 from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
 
 pytestmark = pytest.mark.slow
-LAYOUTS = ("tp2", "pp2", "dp2")
+LAYOUTS = ("tp2", "pp2", "dp2", "tp2sp")
+MODEL_PARALLEL = ("tp2", "pp2", "tp2sp")
 
 
 def merged(runs: list[dict], layout: str, key: str) -> dict[str, torch.Tensor]:
@@ -33,7 +35,7 @@ def test_loss_and_log_probs_equal_one_rank(layouts_run, single_run, layout):
         assert max(abs(a - b) for x, y in zip(got, want, strict=True) for a, b in zip(x, y, strict=True)) < 1e-5
 
 
-@pytest.mark.parametrize("layout", ["tp2", "pp2"])
+@pytest.mark.parametrize("layout", MODEL_PARALLEL)
 def test_gradients_equal_one_rank(layouts_run, single_run, layout):
     grads = merged(layouts_run, layout, "grads")
     scale = max(g.abs().max().item() for g in single_run["grads"].values())
@@ -46,7 +48,7 @@ def test_weights_after_an_optimizer_step_equal_one_rank(layouts_run, single_run,
     assert max_diff(merged(layouts_run, layout, "after_step"), single_run["after_step"]) < 1e-5
 
 
-@pytest.mark.parametrize("layout", ["tp2", "pp2"])
+@pytest.mark.parametrize("layout", MODEL_PARALLEL)
 def test_export_from_shards_equals_the_loaded_checkpoint(layouts_run, trainer_out, tiny_model_dir, layout):
     ckpt = HFCheckpoint(trainer_out / f"export-{layout}")
     exported = {name: ckpt.get(name) for name in ckpt.names()}

@@ -6,8 +6,8 @@ Each scenario builds real TrainEngines on the tiny Qwen2 in MODEL and saves what
 to OUT/<scenario>-rank<r>.pt; the assertions live in the test modules. Scenarios:
 - single (1 rank): logits, packed and padded log-probs, TP1 reference loss and gradients, one SFT
   step's weights, export -> import -> export, bad checkpoints;
-- layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2 and dp=2, and
-  the hf export at tp=2 and pp=2;
+- layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2, dp=2 and tp=2
+  with sequence parallelism, and the hf export from the shards of each;
 - resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
 - resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps.
 """
@@ -30,7 +30,10 @@ from areal_hpc.trainer import hf_export
 from areal_hpc.trainer.engine import TrainEngine
 from areal_hpc.trainer.parallel import init_trainer_world
 
-LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "dp2": (1, 1, 2)}
+LAYOUTS = {
+    "tp2": (2, 1, 1, ()), "pp2": (1, 2, 1, ()), "dp2": (1, 1, 2, ()),
+    "tp2sp": (2, 1, 1, ("trainer.sequence_parallel=true",)),
+}
 
 
 def config(tp: int = 1, pp: int = 1, dp: int = 1, *extra: str):
@@ -166,8 +169,8 @@ def single(out: Path, model_dir: str) -> dict:
 
 def layouts(out: Path, model_dir: str) -> dict:
     result = {}
-    for name, (tp, pp, dp) in LAYOUTS.items():
-        cfg = config(tp, pp, dp)
+    for name, (tp, pp, dp, extra) in LAYOUTS.items():
+        cfg = config(tp, pp, dp, *extra)
         init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
         engine = TrainEngine(cfg)
         result[name] = measure(engine, model_dir)
