@@ -72,7 +72,10 @@ def layer_spec(config, device: str):
         get_gpt_layer_local_spec,
         get_gpt_layer_with_transformer_engine_spec,
     )
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
 
     if device == "cuda":
         return get_gpt_layer_with_transformer_engine_spec()
