@@ -1,4 +1,4 @@
-"""Launch the trainer worker (tests/trainer/worker.py) once per scenario and share its results.
+"""Launch the trainer worker (tests/trainer/trainer_worker.py) once per scenario and share its results.
 
 Real megatron-core runs in separate processes started by torch.distributed.run (gloo, one thread
 per rank), never in the pytest process, so the trainer's process groups and Megatron's global
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-WORKER = Path(__file__).with_name("worker.py")
+WORKER = Path(__file__).with_name("trainer_worker.py")
 
 
 def run_worker(scenario: str, nproc: int, out: Path, model_dir: Path) -> list[dict]:
@@ -53,3 +53,8 @@ def layouts_run(trainer_out: Path, tiny_model_dir: Path) -> list[dict]:
 def resume_runs(trainer_out: Path, tiny_model_dir: Path) -> tuple[list[dict], list[dict]]:
     """An uninterrupted run that also saves a checkpoint, then fresh processes resuming from it."""
     return run_worker("resume_a", 2, trainer_out, tiny_model_dir), run_worker("resume_b", 2, trainer_out, tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def cuda_run(trainer_out: Path, tiny_model_dir: Path) -> dict:
+    return run_worker("cuda", 1, trainer_out, tiny_model_dir)[0]

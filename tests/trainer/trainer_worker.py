@@ -1,6 +1,6 @@
 """Trainer ranks for the multi-process tests, launched with torch.distributed.run (gloo, CPU).
 
-    python -m torch.distributed.run --nproc-per-node N tests/trainer/worker.py SCENARIO OUT MODEL
+    python -m torch.distributed.run --nproc-per-node N tests/trainer/trainer_worker.py SCENARIO OUT MODEL
 
 Each scenario builds real TrainEngines on the tiny Qwen2 in MODEL and saves what the tests compare
 to OUT/<scenario>-rank<r>.pt; the assertions live in the test modules. Scenarios:
@@ -9,7 +9,8 @@ to OUT/<scenario>-rank<r>.pt; the assertions live in the test modules. Scenarios
 - layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2, dp=2 and tp=2
   with sequence parallelism, and the hf export from the shards of each;
 - resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
-- resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps.
+- resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps;
+- cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps.
 """
 
 from __future__ import annotations
@@ -202,11 +203,33 @@ def resume_b(out: Path, model_dir: str) -> dict:
     return {"version": version, "after": after, "weights": hf_tensors(engine)}
 
 
+def cuda(out: Path, model_dir: str) -> dict:
+    """The GPU profile on one GPU: Transformer Engine layers, THD attention, fp32 then bf16."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gpu = ("device=cuda", "cluster.gpus_per_node=1", "cluster.train_nodes=1", "cluster.rollout_nodes=1")
+    cfg = config(1, 1, 1, *gpu)
+    init_trainer_world(cfg, 0, 1, "env://")
+    engine = TrainEngine(cfg)
+    engine.load_hf(model_dir)
+    ids = torch.tensor([list(range(7, 107, 3))])
+    trajs = trajectories()
+    result = {"packed": engine.compute_logprobs(trajs), "exported": hf_tensors(engine), "te_rules": [
+        r.megatron for r in engine.rules if "layer_norm_weight" in r.megatron]}
+    result["step"] = engine.train_step(with_behaviour(engine, trajs, 0))
+    del engine
+    bf16 = TrainEngine(config(1, 1, 1, *gpu, "trainer.params_dtype=bf16"))
+    bf16.load_hf(model_dir)
+    result["bf16_step"] = bf16.train_step(with_behaviour(bf16, trajectories(), 0))
+    result["ids"] = ids
+    return result
+
+
 def main() -> None:
     scenario, out, model_dir = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b}[scenario](
+        result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b,
+                  "cuda": cuda}[scenario](
             out, model_dir)
     except Exception:
         result = {"error": traceback.format_exc()}
