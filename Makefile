@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-fast lint
+.PHONY: venv sandbox-tools test test-fast lint
 
 venv: $(STAMP)
 
@@ -17,12 +17,22 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)
 
+# The code reward's sandbox, Bubblewrap (Debian package bubblewrap): installed when missing if this
+# runs as root with apt-get. Without it the reward service uses its weaker fallback backends and
+# the tests of what only bwrap guarantees skip with that reason (areal_hpc/reward/sandbox.py).
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+	      || echo "note: could not install bubblewrap; bwrap sandbox tests will skip"; \
+	  else echo "note: bwrap missing (install the bubblewrap package); bwrap sandbox tests will skip"; fi; }
+
 # The whole suite, slow and SLURM tests included.
-test: venv
+test: venv sandbox-tools
 	$(PY) -m pytest -q
 
 # Everything but the slow end-to-end tests.
-test-fast: venv
+test-fast: venv sandbox-tools
 	$(PY) -m pytest -q -m "not slow"
 
 lint: venv

@@ -1,8 +1,9 @@
 """The test driver that runs inside the sandbox: one forked child per test case.
 
 It runs as `python -I -S -c <this file>`, with the standard library only (the package is not
-visible in the sandbox). It reads one JSON request on standard input and writes one JSON line per
-test case to standard output. It never sees the expected outputs: verdicts are made outside, so a
+visible in the sandbox), and imports little: its start-up is paid once per program. It reads one
+request (marshal, from the trusted worker) on standard input and writes one line per test case to
+standard output (a Python literal, which the worker reads with ast.literal_eval). It never sees the expected outputs: verdicts are made outside, so a
 program that takes over the harness can spoil its own run but cannot fake a pass.
 
 Each case runs in a forked child (no interpreter start-up per case) with the case's input and
@@ -14,14 +15,13 @@ running after its own process exits is reported (and fails): a judge cannot tell
 
 import builtins
 import ctypes
-import json
+import marshal
 import os
 import resource
 import select
 import signal
 import sys
 import time
-import traceback
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -136,6 +136,8 @@ def _run_child(code, fn_name, args, fds: tuple, req: dict) -> None:
         namespace = {"__name__": "__main__" if fn_name is None else "solution", "__builtins__": builtins}
         exec(code, namespace)
         if fn_name is not None:
+            import json
+
             value = _resolve(namespace, fn_name)(*args)
             os.write(RETURN_FD, json.dumps(value, default=repr).encode())
         status = 0
@@ -144,6 +146,8 @@ def _run_child(code, fn_name, args, fds: tuple, req: dict) -> None:
     except MemoryError:
         os.write(2, b"\nMemoryError: memory limit exceeded\n")
     except BaseException:
+        import traceback  # only on failure: the import costs every passing case otherwise
+
         traceback.print_exc()
     try:
         sys.stdout.flush()
@@ -192,8 +196,9 @@ def _run_case(code, req: dict, index: int, wakeup: int) -> dict:
 
 
 def main() -> None:
-    req = json.loads(sys.stdin.buffer.read())
-    os.close(0)
+    req = marshal.loads(sys.stdin.buffer.read())
+    if req["fn_name"] is not None:
+        import json  # noqa: F401  loaded once here, so each call case's child imports it for free
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_DUMPABLE, 0)  # a case cannot open /proc/<harness>/fd or ptrace the harness
     resource.setrlimit(resource.RLIMIT_NPROC, (req["nproc"],) * 2)
@@ -204,10 +209,10 @@ def main() -> None:
     try:
         code = compile(req["program"], "<program>", "exec")
     except (SyntaxError, ValueError) as e:
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+        print(repr({"error": f"{type(e).__name__}: {e}"}), flush=True)
         return
     for index in range(len(req["inputs"])):
-        print(json.dumps(_run_case(code, req, index, wakeup_r)), flush=True)
+        print(repr(_run_case(code, req, index, wakeup_r)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The asynchronous reward pool: `await pool.score(task)` from the generator's event loop.
 
-Scoring runs in `reward.workers` separate processes (python -m areal_hpc.reward.worker), so a
-slow check never blocks the event loop and a crash takes down one worker, not the generator.
+Scoring runs in `reward.workers` separate processes (`python -m areal_hpc.reward.worker`, which
+this module does not import, so it runs cleanly as __main__): a slow check never blocks the event
+loop and a crash takes down one worker, not the generator.
 Tasks wait in a bounded queue: when `reward.max_pending` tasks are queued, `score` waits
 (backpressure on the generator). A worker that does not answer within the task's limit is killed
 and restarted and the task fails with a reason; a worker that dies under a task is restarted and
@@ -11,6 +12,7 @@ the task resubmitted up to `reward.retries` times. Either way the pool keeps ser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -20,7 +22,6 @@ from contextlib import suppress
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.reward.sandbox import SandboxUnavailable
 from areal_hpc.reward.task import MathTask, Task, Verdict, task_to_json
-from areal_hpc.reward.worker import config_to_json
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class _Worker:
         )
         worker = cls(proc)
         try:
-            await worker._send({"config": config_to_json(config)})
+            await worker._send({"config": dataclasses.asdict(config)})
             reply = await asyncio.wait_for(worker._receive(), START_TIMEOUT_S)
         except BaseException:
             await worker.kill()

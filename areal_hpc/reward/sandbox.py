@@ -27,9 +27,10 @@ One run at a time per process: the sweep at the end kills every new descendant o
 
 from __future__ import annotations
 
+import ast
 import ctypes
-import json
 import logging
+import marshal
 import os
 import selectors
 import shutil
@@ -62,7 +63,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 # Bytes of the harness's own stderr kept to explain a failed run.
 STDERR_KEEP = 8192
-# JSON escaping can grow output up to 6x (\u00XX); plus the other fields of a result line.
+# repr() escaping can grow output up to 4x (\x00); plus the other fields of a result line.
 LINE_OVERHEAD = 16384
 
 _HARNESS_SOURCE = Path(harness.__file__).read_text()
@@ -210,7 +211,7 @@ class Sandbox:
             keep_going: Callable[[CaseRun], bool] | None = None) -> RunResult:
         """Run every case (stopping early when keep_going returns False) within the total time limit."""
         lim = self.limits
-        request = json.dumps({
+        request = marshal.dumps({
             "program": program,
             "fn_name": suite.fn_name,
             "inputs": [c.input for c in suite.cases],
@@ -218,7 +219,7 @@ class Sandbox:
             "memory_bytes": lim.memory_mb * 2**20,
             "max_output_bytes": lim.max_output_bytes,
             "nproc": self._nproc(),
-        }).encode()
+        })
         workdir = tempfile.mkdtemp(prefix="areal-sandbox-")
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
@@ -244,7 +245,7 @@ class Sandbox:
     def _communicate(self, proc: subprocess.Popen, request: bytes, total: int,
                      keep_going: Callable[[CaseRun], bool] | None) -> RunResult:
         lim = self.limits
-        out_cap = total * (6 * (lim.max_output_bytes + 1) + LINE_OVERHEAD)
+        out_cap = total * (4 * (lim.max_output_bytes + 1) + LINE_OVERHEAD)
         deadline = time.monotonic() + lim.total_timeout_s
         result = RunResult([])
         pending, lines, err = memoryview(request), bytearray(), bytearray()
@@ -298,13 +299,13 @@ class Sandbox:
     def _take(line: bytes, result: RunResult, keep_going: Callable[[CaseRun], bool] | None) -> bool:
         """Record one harness line; True when the run should end here."""
         try:
-            obj = json.loads(line)
+            obj = ast.literal_eval(line.decode())
             if "error" in obj:
                 result.error = str(obj["error"])
                 return True
             case = CaseRun(int(obj["i"]), obj["exit"], obj["signal"], bool(obj["timed_out"]), bool(obj["strays"]),
                            bool(obj["truncated"]), str(obj["output"]), str(obj["stderr"]), float(obj["seconds"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
             result.error = "the harness wrote a malformed result line"
             return True
         if case.index != len(result.cases):

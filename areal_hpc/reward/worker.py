@@ -9,7 +9,6 @@ timeouts work. Anything a library prints goes to stderr, never into the protocol
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import json
 import logging
 import os
@@ -28,11 +27,8 @@ log = logging.getLogger("areal_hpc.reward.worker")
 PR_SET_PDEATHSIG = 1
 
 
-def config_to_json(config: RewardConfig) -> dict:
-    return dataclasses.asdict(config)
-
-
 def config_from_json(obj: dict) -> RewardConfig:
+    """The inverse of dataclasses.asdict(RewardConfig), which the pool sends."""
     return RewardConfig(**{**obj, "code": CodeSandboxConfig(**obj["code"])})
 
 

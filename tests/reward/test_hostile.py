@@ -69,6 +69,29 @@ def test_fork_bomb(served) -> None:
     assert "time limit" in verdict.reason or "exceeded" in verdict.reason
 
 
+def test_process_count_limit(served) -> None:
+    program = (
+        "import os, time\n"
+        "children = []\n"
+        "for _ in range(200):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "    children.append(pid)\n"
+        "for pid in children:\n"
+        "    os.kill(pid, 9)\n"
+        "    os.waitpid(pid, 0)\n"
+        "print(len(children))\n"
+    )
+    verdict = contained(served, program, _one_case("200"))
+    got = int(verdict.reason.rsplit("got '", 1)[1].rstrip("'"))
+    assert got < served[1].config.code.max_processes
+
+
 def test_memory_bomb(served) -> None:
     program = "blocks = []\nfor _ in range(256):\n    blocks.append(b'x' * (16 << 20))  # 4 GiB, touched\nprint('allocated')\n"
     verdict = contained(served, program, _one_case("allocated"))

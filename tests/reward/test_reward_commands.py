@@ -1,0 +1,90 @@
+"""`areal-hpc reward math|code`: JSON verdicts for users, errors as one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from areal_hpc.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_math_command(capsys) -> None:
+    code, verdict, _ = run_cli(capsys, "reward", "math", "--answer", "thus \\boxed{\\frac{1}{2}}",
+                               "--reference", "0.5")
+    assert code == 0 and verdict == {"reward": 5.0, "passed": 1, "total": 1,
+                                     "reason": "correct (boxed: \\frac{1}{2})"}
+    code, verdict, _ = run_cli(capsys, "reward", "math", "--answer", "\\boxed{3", "--reference", "3")
+    assert code == 0 and verdict["reward"] == -5.0 and "never closes" in verdict["reason"]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    paths = {
+        "good": tmp_path / "good.py",
+        "half": tmp_path / "half.md",
+        "tests": tmp_path / "tests.json",
+        "calls": tmp_path / "calls.json",
+    }
+    paths["good"].write_text("a, b = map(int, input().split())\nprint(a + b)\n")
+    paths["half"].write_text("My answer:\n```python\nprint(3)\n```\n")
+    paths["tests"].write_text(json.dumps({"inputs": ["1 2\n", "2 2\n", "0 3\n"], "outputs": ["3", "4", "3"]}))
+    paths["calls"].write_text(json.dumps({"fn_name": "add", "inputs": ["1\n2", "5\n5"], "outputs": ["3", "10"]}))
+    return paths
+
+
+def test_code_command_counts_every_case(capsys, files) -> None:
+    code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["good"]), "--tests",
+                               str(files["tests"]))
+    assert code == 0 and verdict == {"reward": 5.0, "passed": 3, "total": 3, "reason": "passed all 3 tests"}
+    code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["half"]), "--tests",
+                               str(files["tests"]))
+    assert code == 0 and (verdict["reward"], verdict["passed"], verdict["total"]) == (-5.0, 2, 3)
+    assert verdict["reason"] == "test 2/3: wrong answer: expected '4', got '3'"
+
+
+def test_code_command_livecodebench_call_tests(capsys, files, tmp_path) -> None:
+    program = tmp_path / "add.py"
+    program.write_text("class Solution:\n    def add(self, a, b):\n        return a + b\n")
+    code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(program), "--tests", str(files["calls"]))
+    assert code == 0 and verdict["reward"] == 5.0 and verdict["passed"] == 2
+
+
+def test_code_command_config_overrides(capsys, files, tmp_path) -> None:
+    config = tmp_path / "exp.yaml"
+    config.write_text("device: cpu\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
+    code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["good"]), "--tests",
+                               str(files["tests"]), "--config", str(config), "--set", "reward.correct=2.0")
+    assert code == 0 and verdict["reward"] == 2.0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--program", "{missing}", "--tests", "{tests}"], "cannot read program"),
+        (["--program", "{good}", "--tests", "{missing}"], "cannot read tests file"),
+        (["--program", "{good}", "--tests", "{good}"], "not valid JSON"),
+        (["--program", "{good}", "--tests", "{tests}", "--set", "reward.correct=1"], "--set needs --config"),
+    ],
+)
+def test_code_command_user_errors(capsys, files, tmp_path, argv: list[str], message: str) -> None:
+    names = {k: str(v) for k, v in files.items()} | {"missing": str(tmp_path / "missing")}
+    code, verdict, err = run_cli(capsys, "reward", "code", *(a.format(**names) for a in argv))
+    assert code == 2 and verdict is None
+    assert err.startswith("error: ") and message in err
+
+
+def test_installed_command_line(files) -> None:
+    proc = subprocess.run([sys.executable, "-m", "areal_hpc.cli", "reward", "code", "--program", str(files["good"]),
+                           "--tests", str(files["tests"])], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["passed"] == 3
