@@ -65,6 +65,14 @@ def prune(root: str | Path, keep_last: int) -> list[Path]:
     return doomed
 
 
+def discard_all(root: str | Path) -> list[Path]:
+    """Delete every checkpoint under `root` (a fresh run must never resume an older run's)."""
+    dirs = _step_dirs(Path(root))
+    for p in dirs:
+        shutil.rmtree(p, ignore_errors=True)
+    return dirs
+
+
 def root_dir(cfg: ExperimentConfig) -> Path:
     """checkpoint.dir, relative to logging.dir unless absolute."""
     return Path(cfg.logging.dir) / cfg.checkpoint.dir

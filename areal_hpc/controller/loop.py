@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from areal_hpc.runtime.messages import (
     UpdateWeights,
     WeightGroupAddress,
     WeightsLoaded,
+    WeightsSent,
     WorkerFailed,
     WorkerReady,
 )
@@ -53,6 +55,7 @@ from areal_hpc.runtime.transport import POLL_S, Channel
 
 log = logging.getLogger(__name__)
 LEDGER_FILE = "ledger.jsonl"
+WEIGHTS_FILE = "weights.jsonl"
 
 
 def least_loaded(load: dict[int, int]) -> int:
@@ -67,7 +70,8 @@ def eval_id(row: int) -> int:
 @dataclass
 class EvalRound:
     version: int
-    pending: set[int]
+    # Samples still to come, per held-out prompt id.
+    left: dict[int, int]
     results: list[Trajectory] = field(default_factory=list)
 
 
@@ -102,9 +106,12 @@ class Controller:
             ckpt.set_rng_state(self.rng, state.rng)
             self.counters.update(state.counters)
         self.resumed = plan.resume_dir is not None
+        if not self.resumed:
+            for old in ckpt.discard_all(ckpt.root_dir(cfg)):
+                log.warning("starting afresh: removed checkpoint %s of an earlier run", old)
         self.version = self.sm.version
         self.total = cfg.total_steps
-        self._truncate_ledger()
+        self._truncate_logs()
         self.metrics = MetricsWriter(self.run_dir, cfg.logging.tensorboard, resume_step=self.version)
         self.progress = Progress(self.total, self.version, cfg.logging.progress)
         # Generation bookkeeping: prompts in flight per generator, the generator of each prompt.
@@ -112,6 +119,9 @@ class Controller:
         self.where: dict[int, int] = {}
         self.served = dict.fromkeys(self.generators, self.version)
         self.syncing: dict[int, tuple[float, set[int]]] = {}  # version -> (start, generators left)
+        # Checksums of the tensors the trainer stages sent, and what the generators reported.
+        self.sent: dict[int, dict[int, dict[str, str]]] = {}  # version -> stage -> checksums
+        self.loaded: dict[int, list[WeightsLoaded]] = {}
         self.step: InFlightStep | None = None
         self.pending_records: dict[int, dict[str, float]] = {}
         self.eval: EvalRound | None = None
@@ -176,7 +186,8 @@ class Controller:
         self.now = time.monotonic()
         if self.ckpt_requested and self.step is None and self.ckpt_in_progress is None:
             self.ckpt_requested = False
-            if self.last_ckpt_version != self.version:
+            # Version 0 is the initial model: resuming there is starting afresh.
+            if self.version > 0 and self.last_ckpt_version != self.version:
                 self._checkpoint()
         if self.training and not self.stop_requested:
             worked |= self._admit()
@@ -214,11 +225,15 @@ class Controller:
 
     def _handle(self, src: int, msg: object) -> None:
         if isinstance(msg, Trajectory):
-            self._on_trajectory(src, msg)
+            self._on_trajectory(msg)
         elif isinstance(msg, StepDone):
             self._on_step_done(msg)
+        elif isinstance(msg, WeightsSent):
+            self.sent.setdefault(msg.version, {})[msg.stage] = msg.checksums
+            self._check_loaded()
         elif isinstance(msg, WeightsLoaded):
-            self._on_weights_loaded(msg)
+            self.loaded.setdefault(msg.version, []).append(msg)
+            self._check_loaded()
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint_saved(msg)
         elif isinstance(msg, WorkerFailed):
@@ -226,9 +241,9 @@ class Controller:
         else:
             raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
 
-    def _on_trajectory(self, src: int, traj: Trajectory) -> None:
+    def _on_trajectory(self, traj: Trajectory) -> None:
         if traj.prompt_id < 0:
-            self._on_eval_result(src, traj)
+            self._on_eval_result(traj)
             return
         self.step_gen_tokens += len(traj.output_ids)
         self.counters["generated_tokens"] += len(traj.output_ids)
@@ -283,6 +298,28 @@ class Controller:
         self.syncing[self.version] = (self.now, set(self.generators))
         self.trainer_tasks.add("sync")
 
+    def _check_loaded(self) -> None:
+        """Once every stage has sent a version, compare each generator's checksums with them."""
+        for version in sorted(self.loaded):
+            stages = self.sent.get(version, {})
+            if len(stages) < self.cfg.trainer.pp:
+                continue
+            sent = {name: digest for sums in stages.values() for name, digest in sums.items()}
+            for loaded in self.loaded.pop(version):
+                bad = sorted(k for k in sent.keys() | loaded.checksums.keys() if sent.get(k) != loaded.checksums.get(k))
+                if bad:
+                    raise RuntimeError(
+                        f"generator rank {loaded.generator_rank} loaded version {version} with {len(bad)}"
+                        f" tensor(s) differing from what the trainer sent: {', '.join(bad[:5])}"
+                    )
+                with (self.run_dir / WEIGHTS_FILE).open("a") as f:
+                    record = {"version": version, "generator_rank": loaded.generator_rank,
+                              "seconds": loaded.seconds, "tensors": len(sent)}
+                    f.write(json.dumps(record) + "\n")
+                self._on_weights_loaded(loaded)
+            if version not in self.syncing:
+                del self.sent[version]
+
     def _on_weights_loaded(self, loaded: WeightsLoaded) -> None:
         start, left = self.syncing[loaded.version]
         left.discard(loaded.generator_rank)
@@ -304,10 +341,8 @@ class Controller:
 
     # ---- generation -----------------------------------------------------------------------
 
-    def _sampling(self, greedy: bool = False) -> SamplingParams:
+    def _sampling(self) -> SamplingParams:
         r = self.cfg.rollout
-        if greedy:
-            return SamplingParams(r.max_new_tokens, temperature=0.0, seed=None)
         return SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, self.rng.randrange(2**31))
 
     def _reward_spec(self, answer: str) -> dict:
@@ -359,41 +394,53 @@ class Controller:
     # ---- evaluation -----------------------------------------------------------------------
 
     def _start_eval(self) -> None:
-        self.eval = EvalRound(self.version, set())
+        """Sample every held-out prompt `group_size` times at the rollout temperature (avg@k, as
+        the paper reports). The seeds repeat each round, so rounds differ only by the weights."""
+        k = self.cfg.rollout.group_size
+        self.eval = EvalRound(self.version, {})
+        seeds = random.Random(f"eval/{self.cfg.seed}")
         for row, ids in enumerate(self.prompts.held_out_ids):
             gen = least_loaded(self.load)
-            req = GenerateRequest(
-                eval_id(row), ids, 1, self._sampling(greedy=True), self._reward_spec(self.prompts.held_out[row].answer)
-            )
+            sampling = self._sampling()
+            sampling.seed = seeds.randrange(2**31)
+            req = GenerateRequest(eval_id(row), ids, k, sampling, self._reward_spec(self.prompts.held_out[row].answer))
             self.chan.send(gen, req)
-            self.eval.pending.add(req.prompt_id)
+            self.eval.left[req.prompt_id] = k
+            self.where[req.prompt_id] = gen
             self.load[gen] += 1
 
-    def _on_eval_result(self, src: int, traj: Trajectory) -> None:
+    def _on_eval_result(self, traj: Trajectory) -> None:
         ev = self.eval
-        if ev is None or traj.prompt_id not in ev.pending:
+        if ev is None or ev.left.get(traj.prompt_id, 0) < 1:
             raise RuntimeError(f"unexpected held-out result for prompt {traj.prompt_id}")
-        ev.pending.discard(traj.prompt_id)
+        ev.left[traj.prompt_id] -= 1
         ev.results.append(traj)
-        self.load[src] -= 1
-        if ev.pending:
+        if ev.left[traj.prompt_id] == 0:
+            del ev.left[traj.prompt_id]
+            self.load[self.where.pop(traj.prompt_id)] -= 1
+        if ev.left:
             return
         self.eval = None
         acc = accuracy(ev.results, self.cfg.reward.correct)
+        n = len(ev.results)
         record = {
             "eval_accuracy": acc,
-            "eval_reward_mean": sum(t.reward for t in ev.results) / len(ev.results),
-            "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / len(ev.results),
+            "eval_reward_mean": sum(t.reward for t in ev.results) / n,
+            "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
         }
         self.metrics.write(ev.version, record)
-        self.progress.note(f"held-out accuracy at version {ev.version}: {acc:.3f} ({len(ev.results)} prompts)")
+        self.progress.note(
+            f"held-out accuracy at version {ev.version}: {acc:.3f}"
+            f" ({len(self.prompts.held_out)} prompts x {self.cfg.rollout.group_size} samples)"
+        )
 
     # ---- checkpoints ----------------------------------------------------------------------
 
     def _checkpoint(self) -> None:
         """Trainer part and controller state of the current version; complete once both exist."""
         path = ckpt.step_dir(ckpt.root_dir(self.cfg), self.version)
-        path.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier run must not count
+        path.mkdir(parents=True)
         self.chan.send(self.trainer_leader, SaveCheckpoint(str(path), self.version))
         stream = self.stream.state_dict()
         stream["returned"] = self.buffer.running_ids() + stream["returned"]
@@ -419,15 +466,12 @@ class Controller:
         self.trainer_tasks.discard("checkpoint")
         self.progress.note(f"checkpoint {path} complete")
 
-    def _truncate_ledger(self) -> None:
-        """Steps the resumed checkpoint does not contain never happened."""
-        path = self.run_dir / LEDGER_FILE
-        if not self.resumed:
-            path.write_text("")
-            return
-        lines = path.read_text().splitlines() if path.is_file() else []
-        kept = [line for line in lines if json.loads(line)["step"] < self.version]
-        path.write_text("".join(line + "\n" for line in kept))
+    def _truncate_logs(self) -> None:
+        """Steps the resumed checkpoint does not contain never happened (a fresh run starts empty)."""
+        for name, key, newest in ((LEDGER_FILE, "step", self.version - 1), (WEIGHTS_FILE, "version", self.version)):
+            path = self.run_dir / name
+            lines = path.read_text().splitlines() if self.resumed and path.is_file() else []
+            path.write_text("".join(line + "\n" for line in lines if json.loads(line)[key] <= newest))
 
     # ---- the end --------------------------------------------------------------------------
 

@@ -30,6 +30,10 @@ from areal_hpc.data.arithmetic import Problem, make_splits
 
 CACHE_ENV = "AREAL_HPC_CACHE"
 READY_FILE = "warm_start.json"
+# SFT problems avoid the first this-many held-out problems of the seed, which contain the held-out
+# set of any run with data.synthetic_eval_size up to it (held-out sets are prefixes of one
+# sequence), so one warm-started model serves every such run.
+RESERVED_HELD_OUT = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +56,9 @@ def cache_dir(cfg: ExperimentConfig, recipe: Recipe = Recipe()) -> Path:
     model = dataclasses.asdict(cfg.model)
     model.pop("path")
     model.pop("tokenizer_path")
-    key = {"model": model, "seed": cfg.seed, "eval": cfg.data.synthetic_eval_size, "recipe": dataclasses.asdict(recipe)}
+    key = {"model": model, "seed": cfg.seed, "recipe": dataclasses.asdict(recipe)}
+    if cfg.data.synthetic_eval_size > RESERVED_HELD_OUT:
+        key["eval"] = cfg.data.synthetic_eval_size
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(os.environ.get(CACHE_ENV, ".cache")) / "tiny-model" / f"{cfg.model.name}-{digest}"
 
@@ -82,7 +88,8 @@ def ensure_prepared(cfg: ExperimentConfig) -> Path:
 
 def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Problem], list[Problem]]:
     """Training problems with worked solutions, and validation problems; none is held out for RL."""
-    train, _ = make_splits(cfg.seed, recipe.sft_problems + recipe.val_problems, cfg.data.synthetic_eval_size)
+    held_out = max(cfg.data.synthetic_eval_size, RESERVED_HELD_OUT)
+    train, _ = make_splits(cfg.seed, recipe.sft_problems + recipe.val_problems, held_out)
     return train[: recipe.sft_problems], train[recipe.sft_problems :]
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 
+from areal_hpc.runtime import fault
 from areal_hpc.runtime.layout import CONTROLLER_RANK
 from areal_hpc.runtime.messages import (
     GenerateRequest,
@@ -129,6 +130,7 @@ class GeneratorRank:
         while True:
             msg = await self.recv()
             if isinstance(msg, GenerateRequest):
+                fault.check("generator", self.index, "request")
                 self.specs[msg.prompt_id] = (msg.reward_spec, msg.group_size)
                 gen.submit(msg)
             elif isinstance(msg, UpdateWeights):

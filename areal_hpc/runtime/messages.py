@@ -167,3 +167,13 @@ class WorkerReady:
 
     rank: int
     role: str
+
+
+@dataclass
+class WeightsSent:
+    """Trainer stage leader -> controller: the checksums of the tensors it sent for `version`, to
+    check against what every generator loaded."""
+
+    stage: int
+    version: int
+    checksums: dict[str, str] = field(default_factory=dict)

@@ -62,8 +62,8 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     problems = check_world(cfg, world_size)
     if problems:
         raise UserError("; ".join(problems))
-    model_dir = model_dir_of(cfg)
     train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
+    model_dir = model_dir_of(cfg)
     tok_dir = Path(cfg.model.tokenizer_path or model_dir)
     max_len = cfg.rollout.max_prompt_len
     prompts = Prompts(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from areal_hpc.controller.checkpoint import trainer_dir
+from areal_hpc.runtime import fault
 from areal_hpc.runtime.layout import CONTROLLER_RANK, trainer_ranks
 from areal_hpc.runtime.messages import (
     CheckpointSaved,
@@ -21,6 +22,7 @@ from areal_hpc.runtime.messages import (
     TrainerGroupAddress,
     UpdateWeights,
     WeightGroupAddress,
+    WeightsSent,
     WorkerReady,
 )
 from areal_hpc.runtime.network import free_port, node_address
@@ -78,6 +80,7 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
         else:
             _, msg = chan.recv(leader)
         if isinstance(msg, TrainBatch):
+            fault.check("trainer", index, "step")
             if msg.step != engine.version:
                 raise RuntimeError(f"batch for step {msg.step} but the trainer is at version {engine.version}")
             metrics = engine.train_step(msg.trajectories, cfg.total_steps)
@@ -88,7 +91,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
                 raise RuntimeError(f"asked to send version {msg.version} but the trainer is at {engine.version}")
             buckets = engine.iter_hf_weights(cfg.generator.weight_bucket_bytes)
             if sender is not None:
-                sender.send(msg.version, buckets)
+                sums = sender.send(msg.version, buckets)
+                chan.send(CONTROLLER_RANK, WeightsSent(engine.ranks.pp_rank, msg.version, sums))
             else:
                 for _ in buckets:  # the stage's other TP ranks take part in the gather
                     pass

@@ -8,9 +8,11 @@ wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutd
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import traceback
+import warnings
 
 from areal_hpc.errors import UserError
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
@@ -21,10 +23,20 @@ from areal_hpc.runtime.transport import Channel
 USER_ERROR_EXIT = 2
 
 
+# Libraries whose INFO output and import-time warnings drown the run's own lines; shown at DEBUG.
+QUIET = ("megatron", "torch.distributed", "vllm", "transformers")
+
+
 def _logging(level: str, rank: int, role: str) -> None:
     logging.basicConfig(
         level=level, format=f"%(asctime)s [rank {rank} {role}] %(name)s: %(message)s", force=True
     )
+    if level == "DEBUG":
+        return
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read by vLLM and its engine processes
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")
 
 
 def _worker_signals() -> None:

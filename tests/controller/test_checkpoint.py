@@ -62,3 +62,12 @@ def test_controller_state_round_trip_with_rng(tmp_path):
     other = random.Random()
     ck.set_rng_state(other, loaded.rng)
     assert other.random() == rng.random()
+
+
+def test_discard_all_removes_every_checkpoint(tmp_path):
+    make(tmp_path, 10, True)
+    make(tmp_path, 20, False)
+    (tmp_path / "notes.txt").write_text("kept")
+    assert sorted(p.name for p in ck.discard_all(tmp_path)) == ["step-00000010", "step-00000020"]
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert ck.discard_all(tmp_path / "absent") == []

@@ -1,0 +1,156 @@
+"""End-to-end runs of the whole system under mpiexec: controller, Megatron trainer, vLLM generator.
+
+One job is killed mid-run (kill -9 of the generator rank) and relaunched; the two together must
+look like one uninterrupted run: every step once, every prompt trained exactly once, the
+staleness bound held in every batch, every version loaded by every generator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from mpi_jobs import job_command, job_env, run_job
+
+from areal_hpc.controller import checkpoint as ck
+
+pytestmark = pytest.mark.slow
+
+ETA, STEPS, B, GROUP = 2, 6, 4, 4
+
+
+def overrides(run_dir: Path, model_dir: Path, steps: int = STEPS) -> list[str]:
+    return [
+        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={steps}",
+        f"rollout.eta={ETA}", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
+        "rollout.max_concurrent=8", "rollout.max_new_tokens=128", "data.synthetic_eval_size=16",
+        "checkpoint.interval_steps=2", "logging.tensorboard=false",
+    ]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def steps_done(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    return max((r["step"] for r in read_jsonl(path) if "trained_tokens" in r), default=0)
+
+
+def rank_pid(mpiexec_pid: int, rank: int, marker: str) -> int:
+    """The process of MPI rank `rank` of our job: MPICH gives each rank PMI_RANK."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"AREAL_TEST_JOB={marker}".encode() in env and f"PMI_RANK={rank}".encode() in env:
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"areal_hpc.launch" in cmdline:
+                return int(proc.name)
+    raise LookupError(f"no process of rank {rank} in job {marker}")
+
+
+def leftovers(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"AREAL_TEST_JOB={marker}".encode() in (proc / "environ").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory, warm_model_dir):
+    """Run 1 is killed (kill -9 of the generator rank) after its checkpoint at step 2 and a few
+    more steps; run 2 resumes it to the end."""
+    run_dir = tmp_path_factory.mktemp("e2e")
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        job_command(3, overrides(run_dir, warm_model_dir)), env=job_env(AREAL_TEST_JOB=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 420
+        while not (ck.is_complete(ck.step_dir(run_dir / "checkpoints", 2)) and steps_done(run_dir) >= 3):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "run 1 did not reach step 3"
+            time.sleep(0.5)
+        os.kill(rank_pid(proc.pid, 2, marker), signal.SIGKILL)
+        killed_at = time.monotonic()
+        first_output, _ = proc.communicate(timeout=60)
+        exit_s = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(2)
+    orphans = leftovers(marker)
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
+    resumed_from = ck.latest_complete(run_dir / "checkpoints")
+    second = run_job(3, overrides(run_dir, warm_model_dir), timeout=420)
+    return {
+        "run_dir": run_dir, "first_rc": proc.returncode, "first_output": first_output, "exit_s": exit_s,
+        "orphans": orphans, "resumed_from": ck.ControllerState.load(resumed_from).version, "second": second,
+    }
+
+
+def test_killed_rank_ends_the_job_quickly(killed_and_resumed):
+    r = killed_and_resumed
+    assert r["first_rc"] != 0
+    assert r["exit_s"] < 30, r["first_output"][-3000:]
+    assert not r["orphans"], "processes of the killed job were left running"
+
+
+def test_resume_continues_from_the_last_checkpoint(killed_and_resumed):
+    r = killed_and_resumed
+    second = r["second"]
+    assert second.returncode == 0, second.output[-5000:]
+    assert r["resumed_from"] >= 2
+    assert f"resumed from version {r['resumed_from']}" in second.output
+    assert "plot: " in second.output
+
+
+def test_every_prompt_trained_exactly_once(killed_and_resumed):
+    ledger = read_jsonl(killed_and_resumed["run_dir"] / "ledger.jsonl")
+    assert [e["step"] for e in ledger] == list(range(STEPS))
+    ids = [pid for e in ledger for pid in e["prompt_ids"]]
+    assert all(len(e["prompt_ids"]) == B for e in ledger)
+    assert sorted(ids) == list(range(STEPS * B))  # none skipped, none twice
+
+
+def test_versions_staleness_and_weights(killed_and_resumed):
+    run_dir = killed_and_resumed["run_dir"]
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "trained_tokens" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
+    assert [r["version"] for r in steps] == list(range(1, STEPS + 1))
+    for r in steps:
+        assert r["staleness_max"] <= ETA  # oldest token version >= version - eta
+        assert sum(v for k, v in r.items() if k.startswith("staleness_hist/")) == B * GROUP
+    loaded = read_jsonl(run_dir / "weights.jsonl")
+    assert {w["version"] for w in loaded if w["generator_rank"] == 2} == set(range(1, STEPS + 1))
+    assert all(w["tensors"] > 0 for w in loaded)
+    evals = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "eval_accuracy" in r]
+    assert [e["step"] for e in evals] == [0, STEPS]
+
+
+@pytest.mark.parametrize("fault, named", [
+    ("trainer:0:step", "error: rank 1 (trainer 0) failed: InjectedFault"),
+    ("generator:0:request", "error: rank 2 (generator 0) failed: InjectedFault"),
+])
+def test_an_exception_on_a_worker_is_named_by_rank_0(tmp_path, warm_model_dir, fault, named):
+    job = run_job(3, overrides(tmp_path, warm_model_dir), timeout=420, AREAL_HPC_FAULT=fault)
+    assert job.returncode != 0
+    assert named in job.output, job.output[-5000:]

@@ -1,0 +1,39 @@
+"""Bad launches fail in seconds with a clear message from rank 0, before any process group."""
+
+from __future__ import annotations
+
+import pytest
+from mpi_jobs import run_job
+
+# Signs that a worker got as far as building a process group or an engine.
+STARTED = ("EngineCore", "megatron", "init_process_group", "trainer rank 0 ready")
+
+
+def check_refused(job, *fragments: str) -> None:
+    assert job.returncode == 2, job.output
+    for fragment in fragments:
+        assert fragment in job.output, job.output
+    assert "Traceback" not in job.output, job.output
+    assert not any(s in job.output for s in STARTED), job.output
+    assert job.seconds < 60
+
+
+def test_wrong_world_size():
+    job = run_job(2, [], timeout=120)
+    check_refused(job, "error: MPI world size 2 does not match the config", "= 3")
+
+
+def test_missing_model_directory(tmp_path):
+    job = run_job(3, [f"model.path={tmp_path}/no-such-model"], timeout=120)
+    check_refused(job, "model.path", "directory not found")
+
+
+@pytest.mark.parametrize("suffix, text, fragment", [
+    (".jsonl", '{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?" "answer": "4"}\n', "line 2: not valid JSON"),
+    (".jsonl", '{"prompt": "1+1?", "answer": "2"}\n{"question": "x"}\n', "line 2: missing field 'prompt'"),
+])
+def test_malformed_data_file(tmp_path, suffix, text, fragment):
+    data = tmp_path / f"train{suffix}"
+    data.write_text(text)
+    job = run_job(3, [f"data.train_path={data}"], timeout=120)
+    check_refused(job, str(data), fragment)
