@@ -12,6 +12,7 @@ from areal_hpc.errors import UserError
 COMMAND_MODULES = [
     "areal_hpc.config.commands",
     "areal_hpc.reward.commands",
+    "areal_hpc.slurm.commands",
 ]
 
 

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Rendered from areal_hpc/slurm/hetjob.sh.in by: areal-hpc slurm render configs/experiments/code-32b.yaml
+# Do not edit: change the config or the template and render again.
+#
+# code-32b: one heterogeneous job, 48 nodes x 8 GPUs = 384 GPUs, one MPI world of 169 ranks.
+#   component 0, partition train: 12 nodes x 8 GPUs = 96 GPUs
+#     = 96 trainer ranks (tp 8 x pp 2 x dp 6), one GPU each,
+#     + 1 controller (MPI rank 0, no GPU): 97 tasks, 9 on the first node.
+#   component 1, partition rollout: 36 nodes x 8 GPUs = 288 GPUs
+#     = 72 generator ranks (vLLM engines) x 4 GPUs (tensor parallel), 2 per node: 72 tasks.
+#   Training : generation GPUs = 96 : 288.
+#   `areal-hpc slurm plan` with the same config and options prints every rank's node and GPUs.
+#
+# Submit from the repository root: sbatch slurm/train_32b.sh [--set KEY=VALUE ...]
+# (arguments after the script go to the program on every rank).
+# Settable without editing this file:
+#   partitions        sbatch --partition=TRAIN : --partition=ROLLOUT slurm/train_32b.sh
+#                     (a plain --partition would apply to both components), or run the script
+#                     directly, not through sbatch, and it submits itself with the partitions
+#                     AREAL_TRAIN_PARTITION and AREAL_ROLLOUT_PARTITION
+#   account, QOS, time limit: sbatch --account=A --qos=Q --time=T, or SBATCH_ACCOUNT, SBATCH_QOS,
+#                     SBATCH_TIMELIMIT in the environment (these apply to both components)
+#   AREAL_CONFIG      experiment config (default configs/experiments/code-32b.yaml)
+#   AREAL_MPI         srun's MPI plugin: pmix or pmi2 (default pmix)
+#   AREAL_CONTAINER_IMAGE, AREAL_CONTAINER_MOUNTS
+#                     run every rank in this container (pyxis/enroot: --container-image,
+#                     --container-mounts; the working directory stays the submit directory)
+#   AREAL_SRUN_ARGS   more srun options, split at spaces
+#   AREAL_PYTHON      command that runs Python on the nodes, split at spaces (default:
+#                     .venv/bin/python of the submit directory if present, else python3), e.g.
+#                     "apptainer exec --nv areal.sif python3"
+#   AREAL_PROGRAM     module every rank runs (default areal_hpc.launch)
+#
+# Resilience: --requeue lets SLURM requeue the job after a node failure or a preemption. 300 s
+# before the time limit SLURM sends SIGUSR1 to this batch shell only (--signal=B:USR1@300), never
+# to the ranks (their children, vLLM engines, would die of it). The shell then sends SIGTERM to the
+# controller alone: MPI rank 0, global task 0 of the step, found with `scontrol listpids` (it runs
+# on this node: srun's block distribution starts on the batch node). The controller writes a checkpoint at its next step boundary and stops every rank;
+# when the step has ended the shell requeues the job (scontrol requeue), and the next run resumes
+# from the latest checkpoint (checkpoint.resume: auto). SLURM holds a requeued job for its
+# credential lifetime (cred_expire, 120 s by default) before starting it again.
+# The output file is appended to across restarts; SLURM_RESTART_COUNT counts them.
+#
+#SBATCH --job-name=code-32b
+#SBATCH --time=3-00:00:00
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@300
+#SBATCH --open-mode=append
+#SBATCH --output=%x-%j.out
+#SBATCH --partition=train
+#SBATCH --nodes=12
+#SBATCH --ntasks=97
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH hetjob
+#SBATCH --partition=rollout
+#SBATCH --nodes=36
+#SBATCH --ntasks=72
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+set -euo pipefail
+
+if [[ -z ${SLURM_JOB_ID:-} ]]; then
+    exec sbatch --partition="${AREAL_TRAIN_PARTITION:-train}" : \
+        --partition="${AREAL_ROLLOUT_PARTITION:-rollout}" "$0" "$@"
+fi
+
+config=${AREAL_CONFIG:-configs/experiments/code-32b.yaml}
+program=${AREAL_PROGRAM:-areal_hpc.launch}
+settings=()
+if [[ -n ${AREAL_PYTHON:-} ]]; then
+    read -r -a python <<<"$AREAL_PYTHON"
+elif [[ -x .venv/bin/python ]]; then
+    python=(.venv/bin/python)
+else
+    python=(python3)
+fi
+
+# One step across both components: srun numbers component 0's tasks first, so MPI rank 0 (the
+# controller) and the trainer ranks are component 0 and the generators follow. Block distribution
+# without packing puts the controller beside the first node's trainers, as the plan says.
+srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=1 "--distribution=block,NoPack")
+if [[ -n ${AREAL_CONTAINER_IMAGE:-} ]]; then
+    srun_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
+fi
+if [[ -n ${AREAL_CONTAINER_MOUNTS:-} ]]; then
+    srun_args+=("--container-mounts=$AREAL_CONTAINER_MOUNTS")
+fi
+read -r -a extra_srun_args <<<"${AREAL_SRUN_ARGS:-}"
+
+# GPU and NCCL settings; values already in the environment win.
+# Megatron's tensor-parallel communication overlap needs kernels queued in issue order.
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+# A failed or timed-out NCCL collective aborts the rank (and the step) instead of hanging
+# until the time limit.
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# Variable-length packed batches fragment the CUDA caching allocator less with expandable segments.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+# Many ranks share a node's cores; each rank's thread pools stay small unless set otherwise.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Site-specific, set them in the environment when needed: NCCL_SOCKET_IFNAME (interface for
+# NCCL's bootstrap, e.g. ib0 or hsn0), NCCL_IB_HCA (InfiniBand/RoCE adapters to use),
+# NCCL_IB_GID_INDEX (RoCE v2, often 3), NCCL_NET_GDR_LEVEL (GPUDirect RDMA distance).
+
+stop_requested=0
+trap 'stop_requested=1; echo "areal-hpc: SIGUSR1, the time limit is near: stopping the run for a requeue"' USR1
+
+echo "areal-hpc: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}: ${python[*]} -m $program $config ${settings[*]} $*"
+srun "${srun_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m "$program" "$config" "${settings[@]}" "$@" &
+step=$!
+delivered=0
+while kill -0 "$step" 2>/dev/null; do
+    if ((stop_requested && !delivered)); then
+        # Global task 0 of the (only) srun step on this node: columns PID JOBID STEPID LOCALID GLOBALID.
+        controller=$({ scontrol listpids "$SLURM_JOB_ID" 2>/dev/null || true; } \
+            | awk '$3 ~ /^[0-9]+$/ && $5 == "0" {print $1; exit}')
+        if [[ -n $controller ]] && kill -TERM "$controller"; then
+            delivered=1
+            echo "areal-hpc: asked the controller (pid $controller) for a checkpoint and a stop"
+        fi
+    fi
+    sleep 1
+done
+rc=0
+wait "$step" || rc=$?
+if ((delivered)); then
+    echo "areal-hpc: the run stopped (exit $rc) before the time limit: requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$rc"

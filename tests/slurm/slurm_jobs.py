@@ -1,0 +1,90 @@
+"""Jobs on the local SLURM test cluster: submitting rendered scripts, polling, reading results."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from areal_hpc.config.load import load_config
+from areal_hpc.slurm.render import render
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL = REPO / "slurm" / "local"
+# What the job scripts run on every rank. The probe checks the MPI world, the placement and the
+# checkpoint/requeue contract; the end-to-end launcher (areal_hpc.launch, the scripts' default)
+# replaces it once the controller lands.
+PROGRAM = "areal_hpc.slurm.probe"
+TINY = "configs/experiments/tiny-cpu.yaml"
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED"}
+
+
+def machine_problem() -> str | None:
+    """Why this machine cannot run the local cluster or install packages, or None."""
+    if os.geteuid() != 0:
+        return "needs root (the local SLURM cluster starts daemons and installs Debian packages)"
+    if not Path("/etc/debian_version").is_file():
+        return "needs Debian (the local SLURM cluster uses Debian's slurm and munge packages)"
+    return None
+
+
+@dataclass
+class Cluster:
+    """A running local cluster: client commands with its SLURM_CONF, job submission and polling."""
+
+    env: dict[str, str]
+
+    def run(self, *cmd: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, env=kw.pop("env", self.env), capture_output=True, text=True,
+                              timeout=timeout, check=True, **kw)
+
+    def sbatch(self, script: Path, *args: str, output: Path, env: dict[str, str] | None = None) -> str:
+        """Submit as a user does (cwd: repository root); `env` adds to the environment."""
+        out = self.run("sbatch", "--parsable", f"--output={output}", str(script), *args,
+                       env={**self.env, **(env or {})}, cwd=REPO)
+        return out.stdout.strip().split(";")[0]
+
+    def components(self, job: str) -> list[dict[str, str]]:
+        """`scontrol show job` of every het component, as KEY=VALUE dicts."""
+        text = self.run("scontrol", "-o", "show", "job", job).stdout
+        return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in text.splitlines() if line.strip()]
+
+    def wait(self, job: str, timeout: float = 180) -> list[dict[str, str]]:
+        """Poll until every component is finished (a requeued job goes back to pending)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            comps = self.components(job)
+            if all(c["JobState"] in TERMINAL for c in comps):
+                return comps
+            time.sleep(0.5)
+        raise AssertionError(f"job {job} not finished after {timeout} s: {self.components(job)}")
+
+    def explain(self, output: Path) -> str:
+        """A job's output and the end of slurmctld's log, for failure messages."""
+        text = output.read_text() if output.is_file() else "(no job output)"
+        log = Path(self.env["SLURM_CONF"]).parent / "log" / "slurmctld.log"
+        tail = "\n".join(log.read_text().splitlines()[-30:]) if log.is_file() else ""
+        return f"job output:\n{text}\nslurmctld log:\n{tail}"
+
+
+def write_script(tmp_path: Path, config: str, overrides: list[str], named: str | None = None) -> Path:
+    """The template behind slurm/train_*.sh, rendered for `config` (named so in the script)."""
+    script = tmp_path / "job.sh"
+    script.write_text(render(load_config(config, overrides), named or config, overrides, script_path=str(script)))
+    script.chmod(0o755)
+    return script
+
+
+def probe_runs(run_dir: Path) -> list[dict]:
+    path = run_dir / "probe.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def explain(cluster: Cluster, output: Path) -> str:
+    text = output.read_text() if output.is_file() else "(no job output)"
+    return f"job output:\n{text}\nslurmctld:\n{cluster.log_tail()}"

@@ -1,0 +1,81 @@
+"""Resilience under a real SLURM: the run is stopped mid-way, SLURM requeues the job, and the run
+resumes from its checkpoint and completes.
+
+Two ways to stop it: the signal SLURM sends to the batch shell before the time limit (delivered
+here with `scancel --batch --signal=USR1`, the path `--signal=B:USR1@300` takes), and a node
+failure. Measured with SLURM 22.05: losing a node of component 1 requeues the whole het job;
+losing the batch node (component 0's first) requeues component 0 only and the job then stays
+pending, so that case is not tested here. The probe stands in for the controller: it checkpoints
+its step count after every step and resumes from it, as checkpoint.resume=auto does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from slurm_jobs import PROGRAM, TINY, Cluster, probe_runs, write_script
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+STEPS = 10
+
+
+def start_job(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
+    run_dir = tmp_path / "run"
+    script = write_script(tmp_path, TINY, [f"logging.dir={run_dir}", f"total_steps={STEPS}"])
+    output = tmp_path / "job.out"
+    job = cluster.sbatch(script, output=output, env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "1"})
+    return job, run_dir, output
+
+
+def wait_for_step(cluster: Cluster, run_dir: Path, output: Path, step: int, timeout: float = 120) -> None:
+    checkpoint = run_dir / "probe-checkpoint.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if checkpoint.is_file() and json.loads(checkpoint.read_text())["step"] >= step:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint of step {step} after {timeout} s\n{cluster.explain(output)}")
+
+
+def test_time_limit_signal_stops_requeues_and_resumes(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """Twice: the second stop also finds the controller in the requeued run."""
+    job, run_dir, output = start_job(slurm_cluster, tmp_path)
+    for stops, stop_after in enumerate((2, 5), start=1):
+        wait_for_step(slurm_cluster, run_dir, output, stop_after)
+        slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+        deadline = time.monotonic() + 60
+        while len(probe_runs(run_dir)) < stops and time.monotonic() < deadline:  # the run has stopped
+            time.sleep(0.2)
+    comps = slurm_cluster.wait(job)
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "2"
+    runs = probe_runs(run_dir)
+    assert [(r["restart"], r["stopped"]) for r in runs] == [
+        (0, "stop-request"), (1, "stop-request"), (2, "completed")]
+    assert runs[0]["start_step"] == 0 and 2 <= runs[0]["end_step"] < 5 <= runs[1]["end_step"] < STEPS
+    assert runs[1]["start_step"] == runs[0]["end_step"] and runs[2]["start_step"] == runs[1]["end_step"]
+    assert runs[2]["end_step"] == STEPS
+    assert output.read_text().count(f"requeueing job {job}") == 2
+
+
+def test_node_failure_requeues_and_resumes(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    job, run_dir, output = start_job(slurm_cluster, tmp_path)
+    wait_for_step(slurm_cluster, run_dir, output, 2)
+    node = slurm_cluster.components(job)[1]["NodeList"]
+    slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=areal-hpc-test")
+    try:
+        comps = slurm_cluster.wait(job)
+    finally:  # the node normally returns by itself (ReturnToService=2)
+        state = slurm_cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout
+        if "down" in state or "drain" in state:
+            slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "1"
+    # The killed run left no record; the requeued run resumed from its last checkpoint.
+    (resumed,) = probe_runs(run_dir)
+    assert resumed["restart"] == 1 and resumed["start_step"] >= 2
+    assert (resumed["end_step"], resumed["stopped"]) == (STEPS, "completed")
+    assert "NODE FAILURE" in output.read_text()
