@@ -18,10 +18,10 @@ import torch
 WORKER = Path(__file__).with_name("trainer_worker.py")
 
 
-def run_worker(scenario: str, nproc: int, out: Path, model_dir: Path) -> list[dict]:
+def run_worker(scenario: str, nproc: int, out: Path, model_dir: Path, tied_dir: Path) -> list[dict]:
     """Run one scenario on `nproc` ranks; the per-rank results, or a test failure with the log."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(WORKER), scenario, str(out), str(model_dir)]
+           str(WORKER), scenario, str(out), str(model_dir), str(tied_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     files = [out / f"{scenario}-rank{r}.pt" for r in range(nproc)]
@@ -40,21 +40,31 @@ def trainer_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def single_run(trainer_out: Path, tiny_model_dir: Path) -> dict:
-    return run_worker("single", 1, trainer_out, tiny_model_dir)[0]
+def tied_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2 with tied input and output embeddings."""
+    from areal_hpc.config.load import load_config
+    from areal_hpc.data.tiny_model import build_tiny_model
+
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", ["model.tie_word_embeddings=true"])
+    return build_tiny_model(cfg.model, tmp_path_factory.mktemp("tiny-tied"), seed=1)
 
 
 @pytest.fixture(scope="session")
-def layouts_run(trainer_out: Path, tiny_model_dir: Path) -> list[dict]:
-    return run_worker("layouts", 2, trainer_out, tiny_model_dir)
+def single_run(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> dict:
+    return run_worker("single", 1, trainer_out, tiny_model_dir, tied_model_dir)[0]
 
 
 @pytest.fixture(scope="session")
-def resume_runs(trainer_out: Path, tiny_model_dir: Path) -> tuple[list[dict], list[dict]]:
+def layouts_run(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> list[dict]:
+    return run_worker("layouts", 2, trainer_out, tiny_model_dir, tied_model_dir)
+
+
+@pytest.fixture(scope="session")
+def resume_runs(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> tuple[list[dict], list[dict]]:
     """An uninterrupted run that also saves a checkpoint, then fresh processes resuming from it."""
-    return run_worker("resume_a", 2, trainer_out, tiny_model_dir), run_worker("resume_b", 2, trainer_out, tiny_model_dir)
+    return tuple(run_worker(s, 2, trainer_out, tiny_model_dir, tied_model_dir) for s in ("resume_a", "resume_b"))
 
 
 @pytest.fixture(scope="session")
-def cuda_run(trainer_out: Path, tiny_model_dir: Path) -> dict:
-    return run_worker("cuda", 1, trainer_out, tiny_model_dir)[0]
+def cuda_run(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> dict:
+    return run_worker("cuda", 1, trainer_out, tiny_model_dir, tied_model_dir)[0]

@@ -1,5 +1,5 @@
-"""TP=2, PP=2, DP=2 and TP=2 with sequence parallelism compute what one rank computes, from the
-same starting weights."""
+"""TP=2, PP=2, DP=2, TP=2 with sequence parallelism and PP=2 with tied embeddings compute what
+one rank computes, from the same starting weights."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from safetensors.torch import load_file
 from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
 
 pytestmark = pytest.mark.slow
-LAYOUTS = ("tp2", "pp2", "dp2", "tp2sp")
-MODEL_PARALLEL = ("tp2", "pp2", "tp2sp")
+LAYOUTS = ("tp2", "pp2", "dp2", "tp2sp", "pp2tied")
+MODEL_PARALLEL = ("tp2", "pp2", "tp2sp", "pp2tied")
+
+
+def reference(single_run: dict, layout: str) -> dict:
+    return single_run["tied"] if layout.endswith("tied") else single_run
 
 
 def merged(runs: list[dict], layout: str, key: str) -> dict[str, torch.Tensor]:
@@ -29,30 +33,33 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_loss_and_log_probs_equal_one_rank(layouts_run, single_run, layout):
+    ref = reference(single_run, layout)
     for run in layouts_run:
-        assert run[layout]["loss"] == pytest.approx(single_run["loss"], rel=1e-6)
-        got, want = run[layout]["logprobs"], single_run["logprobs"]
+        assert run[layout]["loss"] == pytest.approx(ref["loss"], rel=1e-6)
+        got, want = run[layout]["logprobs"], ref["logprobs"]
         assert max(abs(a - b) for x, y in zip(got, want, strict=True) for a, b in zip(x, y, strict=True)) < 1e-5
 
 
 @pytest.mark.parametrize("layout", MODEL_PARALLEL)
 def test_gradients_equal_one_rank(layouts_run, single_run, layout):
-    grads = merged(layouts_run, layout, "grads")
-    scale = max(g.abs().max().item() for g in single_run["grads"].values())
-    assert max_diff(grads, single_run["grads"]) < 1e-6 * max(scale, 1.0)
+    ref = reference(single_run, layout)["grads"]
+    scale = max(g.abs().max().item() for g in ref.values())
+    assert max_diff(merged(layouts_run, layout, "grads"), ref) < 1e-6 * max(scale, 1.0)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_weights_after_an_optimizer_step_equal_one_rank(layouts_run, single_run, layout):
     # Adam's first step moves each weight by about lr = 1e-3; the layouts agree far below that.
-    assert max_diff(merged(layouts_run, layout, "after_step"), single_run["after_step"]) < 1e-5
+    assert max_diff(merged(layouts_run, layout, "after_step"), reference(single_run, layout)["after_step"]) < 1e-5
 
 
 @pytest.mark.parametrize("layout", MODEL_PARALLEL)
-def test_export_from_shards_equals_the_loaded_checkpoint(layouts_run, trainer_out, tiny_model_dir, layout):
+def test_export_from_shards_equals_the_loaded_checkpoint(layouts_run, trainer_out, tiny_model_dir,
+                                                         tied_model_dir, layout):
     ckpt = HFCheckpoint(trainer_out / f"export-{layout}")
     exported = {name: ckpt.get(name) for name in ckpt.names()}
-    original = load_file(str(tiny_model_dir / "model.safetensors"))
+    source = tied_model_dir if layout.endswith("tied") else tiny_model_dir
+    original = load_file(str(source / "model.safetensors"))
     assert sorted(exported) == sorted(original)
     for name, tensor in original.items():
         assert torch.equal(exported[name], tensor), name

@@ -1,13 +1,14 @@
 """Trainer ranks for the multi-process tests, launched with torch.distributed.run (gloo, CPU).
 
-    python -m torch.distributed.run --nproc-per-node N tests/trainer/trainer_worker.py SCENARIO OUT MODEL
+    python -m torch.distributed.run --nproc-per-node N tests/trainer/trainer_worker.py SCENARIO OUT MODEL TIED
 
-Each scenario builds real TrainEngines on the tiny Qwen2 in MODEL and saves what the tests compare
-to OUT/<scenario>-rank<r>.pt; the assertions live in the test modules. Scenarios:
+Each scenario builds real TrainEngines on the tiny Qwen2 in MODEL (TIED: the same with tied
+embeddings) and saves what the tests compare to OUT/<scenario>-rank<r>.pt; the assertions live in
+the test modules. Scenarios:
 - single (1 rank): logits, packed and padded log-probs, TP1 reference loss and gradients, one SFT
-  step's weights, export -> import -> export, bad checkpoints;
-- layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2, dp=2 and tp=2
-  with sequence parallelism, and the hf export from the shards of each;
+  step's weights (also of the tied model), export -> import -> export, bad checkpoints;
+- layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2, dp=2, tp=2
+  with sequence parallelism and pp=2 with tied embeddings, and the hf export from the shards;
 - resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
 - resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps;
 - cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps.
@@ -31,9 +32,11 @@ from areal_hpc.trainer import hf_export
 from areal_hpc.trainer.engine import TrainEngine
 from areal_hpc.trainer.parallel import init_trainer_world
 
+TIED = "model.tie_word_embeddings=true"
 LAYOUTS = {
     "tp2": (2, 1, 1, ()), "pp2": (1, 2, 1, ()), "dp2": (1, 1, 2, ()),
     "tp2sp": (2, 1, 1, ("trainer.sequence_parallel=true",)),
+    "pp2tied": (1, 2, 1, (TIED,)),
 }
 
 
@@ -126,11 +129,12 @@ def broken_copies(model_dir: Path, out: Path) -> dict[str, Path]:
     return dirs
 
 
-def single(out: Path, model_dir: str) -> dict:
+def single(out: Path, model_dir: str, tied_dir: str) -> dict:
     cfg = config()
     init_trainer_world(cfg, 0, 1, "env://")
+    result = {"tied": measure(TrainEngine(config(1, 1, 1, TIED)), tied_dir)}
     engine = TrainEngine(cfg)
-    result = measure(engine, model_dir)
+    result.update(measure(engine, model_dir))
     engine.load_hf(model_dir)
     ids = torch.tensor([list(range(7, 107, 3))])
     with torch.no_grad():
@@ -168,21 +172,22 @@ def single(out: Path, model_dir: str) -> dict:
     return result
 
 
-def layouts(out: Path, model_dir: str) -> dict:
+def layouts(out: Path, model_dir: str, tied_dir: str) -> dict:
     result = {}
     for name, (tp, pp, dp, extra) in LAYOUTS.items():
         cfg = config(tp, pp, dp, *extra)
+        source = tied_dir if TIED in extra else model_dir
         init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
         engine = TrainEngine(cfg)
-        result[name] = measure(engine, model_dir)
+        result[name] = measure(engine, source)
         if dp == 1:
-            engine.load_hf(model_dir)
+            engine.load_hf(source)
             engine.export_hf(out / f"export-{name}")
         del engine
     return result
 
 
-def resume_a(out: Path, model_dir: str) -> dict:
+def resume_a(out: Path, model_dir: str, tied_dir: str) -> dict:
     cfg = config(1, 1, 2)
     init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
     engine = TrainEngine(cfg)
@@ -193,7 +198,7 @@ def resume_a(out: Path, model_dir: str) -> dict:
     return {"before": before, "after": after, "weights": hf_tensors(engine)}
 
 
-def resume_b(out: Path, model_dir: str) -> dict:
+def resume_b(out: Path, model_dir: str, tied_dir: str) -> dict:
     cfg = config(1, 1, 2)
     init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
     engine = TrainEngine(cfg)  # fresh random weights: everything must come from the checkpoint
@@ -203,7 +208,7 @@ def resume_b(out: Path, model_dir: str) -> dict:
     return {"version": version, "after": after, "weights": hf_tensors(engine)}
 
 
-def cuda(out: Path, model_dir: str) -> dict:
+def cuda(out: Path, model_dir: str, tied_dir: str) -> dict:
     """The GPU profile on one GPU: Transformer Engine layers, THD attention, fp32 then bf16."""
     torch.backends.cuda.matmul.allow_tf32 = False
     gpu = ("device=cuda", "cluster.gpus_per_node=1", "cluster.train_nodes=1", "cluster.rollout_nodes=1")
@@ -225,12 +230,11 @@ def cuda(out: Path, model_dir: str) -> dict:
 
 
 def main() -> None:
-    scenario, out, model_dir = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    scenario, out, model_dir, tied_dir = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     rank = int(os.environ.get("RANK", "0"))
     try:
         result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b,
-                  "cuda": cuda}[scenario](
-            out, model_dir)
+                  "cuda": cuda}[scenario](out, model_dir, tied_dir)
     except Exception:
         result = {"error": traceback.format_exc()}
     torch.save(result, out / f"{scenario}-rank{rank}.pt")

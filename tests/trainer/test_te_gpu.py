@@ -8,22 +8,10 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_hf_parity import hf_logprobs
 from trainer_worker import trajectories
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
-
-
-def hf_logprobs(model_dir, trajectories) -> list[list[float]]:
-    from transformers import Qwen2ForCausalLM
-
-    model = Qwen2ForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for t in trajectories:
-            logp = model(torch.tensor([t.prompt_ids + t.output_ids])).logits[0].log_softmax(-1)
-            p = len(t.prompt_ids)
-            out.append([logp[p - 1 + i, tok].item() for i, tok in enumerate(t.output_ids)])
-    return out
 
 
 def test_te_spec_matches_hugging_face_and_trains(cuda_run, tiny_model_dir):

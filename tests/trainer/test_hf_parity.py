@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_worker import trajectories
 
 from areal_hpc.config.hf import read_hf_config, shape_mismatches
 from areal_hpc.config.load import load_config
@@ -28,6 +29,26 @@ def export_tensors(path) -> dict[str, torch.Tensor]:
 def test_megatron_logits_equal_transformers(single_run, tiny_model_dir):
     ref = hf_logits(tiny_model_dir, single_run["logits_ids"])
     assert (single_run["logits"] - ref).abs().max().item() < 1e-4
+
+
+def hf_logprobs(model_dir, trajectories) -> list[list[float]]:
+    from transformers import Qwen2ForCausalLM
+
+    model = Qwen2ForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    with torch.no_grad():
+        for t in trajectories:
+            logp = model(torch.tensor([t.prompt_ids + t.output_ids])).logits[0].log_softmax(-1)
+            p = len(t.prompt_ids)
+            out.append([logp[p - 1 + i, tok].item() for i, tok in enumerate(t.output_ids)])
+    return out
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_packed_log_probs_equal_transformers(single_run, tiny_model_dir, tied_model_dir, tied):
+    got = (single_run["tied"] if tied else single_run)["logprobs"]
+    ref = hf_logprobs(tied_model_dir if tied else tiny_model_dir, trajectories())
+    assert max(abs(a - b) for x, y in zip(got, ref, strict=True) for a, b in zip(x, y, strict=True)) < 1e-4
 
 
 def test_packed_thd_equals_padded(single_run):
