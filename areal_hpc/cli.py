@@ -11,6 +11,7 @@ from areal_hpc.errors import UserError
 # Modules that define `register(subparsers)`; each adds one subcommand group.
 COMMAND_MODULES = [
     "areal_hpc.config.commands",
+    "areal_hpc.sim.commands",
     "areal_hpc.reward.commands",
     "areal_hpc.slurm.commands",
 ]

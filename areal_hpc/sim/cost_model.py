@@ -1,0 +1,170 @@
+"""First-principles time of each piece of work: decode steps, prefill, training, weight transfer.
+
+Counts come from the real model shape (configs/models/ through the config loader), hardware
+numbers from hardware.py, and three global efficiencies (Efficiency) that calibration.py fits once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from areal_hpc.config.schema import ModelConfig
+from areal_hpc.sim.hardware import Hardware
+
+# Bytes of one fp16/bf16 value: inference weights, KV cache and training parameters (Table 3).
+HALF = 2
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Parameter, FLOP and KV-cache counts of a Qwen2 decoder."""
+
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, m: ModelConfig) -> ModelShape:
+        return cls(m.num_layers, m.hidden_size, m.intermediate_size, m.num_attention_heads,
+                   m.num_query_groups, m.vocab_size, m.tie_word_embeddings)
+
+    @cached_property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @cached_property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @cached_property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @cached_property
+    def layer_matmul_params(self) -> int:
+        """q, k, v, o projections and the three SwiGLU matrices of one layer."""
+        return self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden + 3 * self.hidden * self.ffn
+
+    @cached_property
+    def matmul_params(self) -> int:
+        """Weights every token multiplies through: all layers plus the output projection."""
+        return self.layers * self.layer_matmul_params + self.vocab * self.hidden
+
+    @cached_property
+    def params(self) -> int:
+        """All parameters: matmuls, q/k/v biases, RMSNorm weights, embeddings."""
+        per_layer = self.layer_matmul_params + self.q_dim + 2 * self.kv_dim + 2 * self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + embeddings + self.hidden
+
+    @cached_property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of every layer for one token, fp16."""
+        return 2 * self.layers * self.kv_dim * HALF
+
+    @cached_property
+    def attn_flops_per_pair(self) -> int:
+        """FLOPs of one (query, key) pair over all layers: QK^T and AV, 2 FLOPs per multiply-add."""
+        return 4 * self.layers * self.q_dim
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The three global efficiencies; calibration.py fits them on one row of Figure 4."""
+
+    # Fraction of HBM bandwidth and of peak FLOP/s a decode step reaches.
+    decode: float
+    # Fixed time of every decode step, seconds: scheduling, sampling, kernel launches.
+    step_overhead_s: float
+    # Model-FLOPs utilisation of training and prefill (dense compute).
+    mfu: float
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """Time of one decode step as a function of the total context S (tokens) in the batch:
+    base + max(mem0 + mem1 * S, cmp0 + cmp1 * S). Constant while the batch's members are."""
+
+    base: float
+    mem0: float
+    mem1: float
+    cmp0: float
+    cmp1: float
+
+    def at(self, context: float) -> float:
+        return self.base + max(self.mem0 + self.mem1 * context, self.cmp0 + self.cmp1 * context)
+
+
+def ring_allreduce_s(nbytes: float, ranks: int, bw: float) -> float:
+    """Ring all-reduce: each rank sends and receives 2 (n-1)/n of the buffer."""
+    return 0.0 if ranks <= 1 else 2.0 * (ranks - 1) / ranks * nbytes / bw
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds for each kind of work of one model on one hardware at given efficiencies."""
+
+    shape: ModelShape
+    hw: Hardware
+    eff: Efficiency
+
+    @cached_property
+    def weight_bytes(self) -> int:
+        return self.shape.params * HALF
+
+    def link_bw(self, group_gpus: int) -> float:
+        """NVLink inside a node, the network when a group spans nodes."""
+        return self.hw.nvlink_bw if group_gpus <= self.hw.gpus_per_node else self.hw.net_bw
+
+    def decode_step(self, n: int, tp: int) -> DecodeStep:
+        """One decode step of an engine of `tp` GPUs with `n` running sequences.
+
+        Memory: every weight and every cached K/V is read once per step. Compute: 2 FLOPs per
+        weight per sequence, plus attention over the context. Tensor parallelism splits both and
+        adds two all-reduces of the hidden states per layer.
+        """
+        s = self.shape
+        bw = tp * self.hw.hbm_bw * self.eff.decode
+        flops = tp * self.hw.peak_flops * self.eff.decode
+        allreduce = 2 * s.layers * ring_allreduce_s(n * s.hidden * HALF, tp, self.hw.nvlink_bw)
+        return DecodeStep(
+            base=self.eff.step_overhead_s + allreduce,
+            mem0=self.weight_bytes / bw,
+            mem1=s.kv_bytes_per_token / bw,
+            cmp0=2.0 * s.matmul_params * n / flops,
+            cmp1=s.attn_flops_per_pair / flops,
+        )
+
+    def forward_flops(self, tokens: float, sq_sum: float) -> float:
+        """FLOPs of a forward pass over sequences with `tokens` in all and sum of squared lengths
+        `sq_sum` (causal attention: s^2 / 2 pairs per sequence)."""
+        return 2.0 * self.shape.matmul_params * tokens + self.shape.attn_flops_per_pair * sq_sum / 2.0
+
+    def prefill_s(self, tokens: float, sq_sum: float, tp: int) -> float:
+        """Prefill (or re-prefill after an interruption) of contexts on one engine: compute-bound."""
+        return self.forward_flops(tokens, sq_sum) / (tp * self.hw.peak_flops * self.eff.mfu)
+
+    def train_s(self, tokens: float, sq_sum: float, gpus: int, dp: int, minibatches: int,
+                model_gpus: int) -> float:
+        """One PPO step: a forward pass for the proximal log-probs, then forward and backward
+        (twice a forward) over every token, at the MFU; plus one fp32 gradient all-reduce over the
+        data-parallel ranks per minibatch. `model_gpus` = tp * pp GPUs hold one model replica."""
+        compute = 4.0 * self.forward_flops(tokens, sq_sum) / (gpus * self.hw.peak_flops * self.eff.mfu)
+        grad_bytes = 4.0 * self.shape.params / model_gpus
+        sync = minibatches * ring_allreduce_s(grad_bytes, dp, self.link_bw(gpus))
+        return compute + sync
+
+    def broadcast_s(self, pp: int) -> float:
+        """Trainer to generators over the network: each pipeline stage's leader broadcasts its
+        share; a pipelined broadcast costs about bytes / bandwidth whatever the receiver count."""
+        return self.weight_bytes / pp / self.hw.net_bw
+
+    def reshard_s(self, gpus: int) -> float:
+        """Colocated switch from sharded training weights to whole inference weights: an
+        all-gather of the fp16 weights over all GPUs."""
+        return (gpus - 1) / gpus * self.weight_bytes / self.link_bw(gpus)

@@ -1,0 +1,52 @@
+"""GPU presets: the few hardware numbers the cost model needs, each with its source.
+
+Bandwidths are per GPU and one direction, because a collective's time is bytes over the link
+one GPU can push. All values are datasheet peaks; the calibrated efficiencies in cost_model.py
+say how much of them the software reaches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from areal_hpc.errors import UserError
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU model inside an 8-GPU node."""
+
+    name: str
+    # Dense bf16/fp16 tensor-core peak, FLOP/s (no sparsity).
+    peak_flops: float
+    # HBM capacity and bandwidth.
+    hbm_bytes: float
+    hbm_bw: float
+    # NVLink bandwidth per GPU, one direction, inside a node.
+    nvlink_bw: float
+    # Network bandwidth per GPU, one direction, between nodes.
+    net_bw: float
+    gpus_per_node: int = 8
+
+
+# NVIDIA H800 SXM5 (the paper's nodes): compute and HBM3 as the H100 SXM5 datasheet (989 TFLOP/s
+# dense bf16, 80 GB, 3.35 TB/s); NVLink cut to 400 GB/s bidirectional (200 GB/s each way); the
+# paper's RoCE fabric, 3.2 Tbit/s per node = 400 GB/s per node = 50 GB/s per GPU.
+H800 = Hardware("H800", 989.4e12, 80e9, 3.35e12, 200e9, 50e9)
+
+# NVIDIA H100 SXM5 datasheet: 989 TFLOP/s, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s
+# bidirectional; one 400 Gbit/s NDR InfiniBand port per GPU.
+H100 = Hardware("H100", 989.4e12, 80e9, 3.35e12, 450e9, 50e9)
+
+# NVIDIA H200 SXM datasheet: the H100's compute, 141 GB HBM3e at 4.8 TB/s, same links.
+H200 = Hardware("H200", 989.4e12, 141e9, 4.8e12, 450e9, 50e9)
+
+PRESETS = {hw.name.lower(): hw for hw in (H800, H100, H200)}
+
+
+def preset(name: str) -> Hardware:
+    """The preset called `name` (case-insensitive)."""
+    try:
+        return PRESETS[name.lower()]
+    except KeyError:
+        raise UserError(f"unknown hardware '{name}'; choose one of {', '.join(PRESETS)}") from None

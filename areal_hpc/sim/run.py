@@ -1,0 +1,80 @@
+"""What a simulated run measured: step boundaries, trained tokens and busy GPU-time, reduced to
+effective throughput, step rate and idle fractions over the steady-state steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Run:
+    # Time each training step (including its weight update) ended, seconds.
+    step_ends: tuple[float, ...]
+    # Tokens (prompt + generated) trained in each step.
+    step_tokens: tuple[int, ...]
+    # Steps left out of the averages while the pipeline fills.
+    warmup: int
+    # GPU-seconds generator and trainer GPUs were busy within the measured window.
+    gen_busy_gpu_s: float
+    train_busy_gpu_s: float
+    gen_gpus: int
+    train_gpus: int
+    colocated: bool
+    # Largest (training version - submission version) over the trained trajectories.
+    max_staleness: int
+
+    @property
+    def window(self) -> tuple[float, float]:
+        start = self.step_ends[self.warmup - 1] if self.warmup else 0.0
+        return start, self.step_ends[-1]
+
+    @property
+    def window_s(self) -> float:
+        start, end = self.window
+        return end - start
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Effective throughput: tokens trained per second in steady state."""
+        return sum(self.step_tokens[self.warmup:]) / self.window_s
+
+    @property
+    def trainer_bound_tokens_per_s(self) -> float:
+        """What the trainer could absorb if it never waited: the ceiling more generators reach."""
+        return sum(self.step_tokens[self.warmup:]) * self.train_gpus / self.train_busy_gpu_s
+
+    @property
+    def step_s(self) -> float:
+        return self.window_s / (len(self.step_ends) - self.warmup)
+
+    @property
+    def first_step_s(self) -> float:
+        return self.step_ends[0]
+
+    @property
+    def steps_per_hour(self) -> float:
+        return 3600.0 / self.step_s
+
+    def hours(self, steps: int) -> float:
+        """Wall-clock hours of `steps` steps: the first (pipeline fill) then steady ones."""
+        return (self.first_step_s + (steps - 1) * self.step_s) / 3600.0
+
+    @property
+    def gpus(self) -> int:
+        return self.gen_gpus if self.colocated else self.gen_gpus + self.train_gpus
+
+    @property
+    def gpu_idle(self) -> float:
+        return max(0.0, 1.0 - (self.gen_busy_gpu_s + self.train_busy_gpu_s) / (self.gpus * self.window_s))
+
+    @property
+    def gen_idle(self) -> float:
+        """Idle share of generator GPU-time (colocated: of the generation phases only)."""
+        span = self.window_s - (self.train_busy_gpu_s / self.gpus if self.colocated else 0.0)
+        return max(0.0, 1.0 - self.gen_busy_gpu_s / (self.gen_gpus * span))
+
+    @property
+    def train_idle(self) -> float:
+        if self.colocated:
+            return 0.0
+        return max(0.0, 1.0 - self.train_busy_gpu_s / (self.train_gpus * self.window_s))

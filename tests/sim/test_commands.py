@@ -1,0 +1,64 @@
+"""`areal-hpc sim scaling|hours|staleness`: the JSON interface and bad arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from areal_hpc.cli import main
+from areal_hpc.sim import predict
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch):
+    """--quick, shortened further: these tests check the interface, not the numbers."""
+    monkeypatch.setattr(predict, "QUICK", predict.Fidelity(steps=2, warmup=1))
+
+
+def run_json(capsys: pytest.CaptureFixture, *args: str):
+    assert main(["sim", *args, "--json", "--quick"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_scaling_json(capsys):
+    rows = run_json(capsys, "scaling", "--model", "1.5b", "--context", "8192", "--gpus", "16,32",
+                    "--system", "sync")
+    assert [r["gpus"] for r in rows] == [16, 32]
+    assert all(isinstance(r["tokens_per_s"], float) and r["tokens_per_s"] > 0 for r in rows)
+    assert rows[1]["tokens_per_s"] > rows[0]["tokens_per_s"]
+
+
+def test_scaling_reports_out_of_memory_as_null(capsys):
+    rows = run_json(capsys, "scaling", "--model", "32b", "--context", "32768", "--gpus", "256",
+                    "--system", "sync")
+    assert rows == [{"gpus": 256, "tokens_per_s": None}]
+
+
+def test_hours_json(capsys):
+    out = run_json(capsys, "hours", "--model", "1.5b", "--nodes", "2", "--steps", "10", "--system", "areal")
+    assert set(out) == {"hours"} and out["hours"] > 0
+
+
+def test_staleness_json(capsys):
+    rows = run_json(capsys, "staleness", "--model", "1.5b", "--gpus", "16", "--etas", "0,2",
+                    "--context", "4096")
+    assert [r["eta"] for r in rows] == [0, 2]
+    assert rows[1]["tokens_per_s"] > rows[0]["tokens_per_s"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32,x", "--system", "areal"],
+     "comma-separated integers"),
+    (["scaling", "--model", "3b", "--context", "8192", "--gpus", "32", "--system", "areal"], "unknown model"),
+    (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32", "--system", "ppo"], "unknown system"),
+    (["scaling", "--model", "1.5b", "--context", "512", "--gpus", "32", "--system", "areal"], "no room"),
+    (["scaling", "--model", "32b", "--context", "8192", "--gpus", "16", "--system", "areal"], "trainer replica"),
+    (["hours", "--model", "1.5b", "--nodes", "0", "--steps", "10"], "must be positive"),
+    (["staleness", "--model", "1.5b", "--gpus", "32", "--etas", "-1"], "eta must be >= 0"),
+    (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32", "--hardware", "a100"], "unknown hardware"),
+])
+def test_bad_arguments_are_one_message_and_exit_2(capsys, args, message):
+    assert main(["sim", *args, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err

@@ -1,0 +1,79 @@
+"""Asynchronous and synchronous schedules: their defining properties on small setups."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import pairwise
+
+import pytest
+
+from areal_hpc.sim.async_system import run_async
+from areal_hpc.sim.layout import Layout
+from areal_hpc.sim.sync_system import run_sync
+from tests.sim.conftest import SMALL, FixedLengths, cost_1p5b, fleet_for, split, stream
+
+
+def test_eta_zero_is_the_synchronous_schedule_on_the_same_split():
+    cost = cost_1p5b()
+    layout = split(engines=4, train_dp=2)
+    w = SMALL.with_eta(0)
+    a = run_async(layout, cost, w, fleet_for(layout, cost, w), 5, 1, stream(w))
+    s = run_sync(layout, cost, w, fleet_for(layout, cost, w), 5, 1, stream(w))
+    assert a.step_tokens == s.step_tokens
+    assert a.step_ends == pytest.approx(s.step_ends, rel=1e-12)
+    assert a.max_staleness == 0
+
+
+def test_staleness_never_exceeds_eta_and_more_staleness_is_faster():
+    cost = cost_1p5b()
+    layout = split(engines=4)
+    rates = []
+    for eta in (0, 1, 2, 4):
+        w = SMALL.with_eta(eta)
+        run = run_async(layout, cost, w, fleet_for(layout, cost, w), 8, 3, stream(w))
+        assert run.max_staleness <= eta
+        rates.append(run.tokens_per_s)
+    assert rates[1] > 1.2 * rates[0]
+    assert rates == sorted(rates) or max(rates) <= 1.02 * rates[-1]
+
+
+def test_more_generators_never_lower_throughput_until_the_trainer_saturates():
+    base = cost_1p5b()
+    cost = replace(base, eff=replace(base.eff, mfu=0.02))  # a slow trainer, to reach its ceiling
+    w = replace(SMALL, eta=None, max_concurrent=1024, minibatches=4)
+    runs = []
+    for engines in (1, 2, 4, 8, 16, 32):
+        layout = split(engines=engines)
+        runs.append(run_async(layout, cost, w, fleet_for(layout, cost, w), 10, 4, stream(w)))
+    for fewer, more in pairwise(runs):
+        assert more.tokens_per_s >= 0.98 * min(fewer.tokens_per_s, more.trainer_bound_tokens_per_s)
+    assert runs[0].train_idle > 0.3 and runs[0].tokens_per_s < 0.7 * runs[0].trainer_bound_tokens_per_s
+    # saturated: the trainer never waits and the rate is its ceiling
+    assert runs[-1].train_idle < 0.01
+    assert runs[-1].tokens_per_s == pytest.approx(runs[-1].trainer_bound_tokens_per_s, rel=0.01)
+
+
+def test_sync_step_time_grows_with_the_longest_sequence():
+    cost = cost_1p5b()
+    layout = split(engines=2)
+    w = replace(SMALL, batch_prompts=4)
+    times = []
+    for longest in (200, 400, 800, 1000):
+        groups = [[200] * 4 for _ in range(4)]
+        groups[2][1] = longest
+        run = run_sync(layout, cost, w, fleet_for(layout, cost, w), 1, 0, FixedLengths(groups))
+        times.append(run.step_ends[0])
+    gains = [b - a for a, b in pairwise(times)]
+    assert all(g > 0 for g in gains)
+    # each extra token of the longest sequence costs at least one decode step's fixed overhead
+    assert gains[0] >= 200 * cost.eff.step_overhead_s
+
+
+def test_colocated_sync_alternates_and_idles_in_the_tail():
+    cost = cost_1p5b()
+    layout = Layout(True, gpus=4, engines=4, gen_tp=1, train_dp=4)
+    run = run_sync(layout, cost, SMALL, fleet_for(layout, cost), 4, 1, stream())
+    assert run.train_idle == 0.0
+    assert 0.0 < run.gen_idle < 1.0
+    assert 0.0 < run.gpu_idle < 1.0
+    assert run.tokens_per_s > 0
