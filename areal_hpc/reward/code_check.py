@@ -68,6 +68,6 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
     result = sandbox.run(program, suite, keep_going)
     passed = len(result.cases) - len(failures)
     if passed == total:
-        return Verdict(config.correct, passed, total, f"passed all {total} tests")
+        return Verdict(config.correct, passed, total, f"passed {total}/{total} tests")
     reason = failures[0] if failures else f"test {len(result.cases) + 1}/{total}: {result.error}"
     return Verdict(config.wrong, passed, total, reason)

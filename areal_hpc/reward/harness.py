@@ -3,8 +3,9 @@
 It runs as `python -I -S -c <this file>`, with the standard library only (the package is not
 visible in the sandbox), and imports little: its start-up is paid once per program. It reads one
 request (marshal, from the trusted worker) on standard input and writes one line per test case to
-standard output (a Python literal, which the worker reads with ast.literal_eval). It never sees the expected outputs: verdicts are made outside, so a
-program that takes over the harness can spoil its own run but cannot fake a pass.
+standard output (a Python literal, which the worker reads with ast.literal_eval). It never sees
+the expected outputs: verdicts are made outside, so a program that takes over the harness can
+spoil its own run but cannot fake a pass.
 
 Each case runs in a forked child (no interpreter start-up per case) with the case's input and
 output in memory files, its own process group, and the per-case resource limits. Afterwards

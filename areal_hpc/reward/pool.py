@@ -21,7 +21,7 @@ from contextlib import suppress
 
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.reward.sandbox import SandboxUnavailable
-from areal_hpc.reward.task import MathTask, Task, Verdict, task_to_json
+from areal_hpc.reward.task import MathTask, Task, Verdict, failure, task_to_json
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +174,7 @@ class RewardPool:
         return own + self.grace_s
 
     def _failure(self, task: Task, reason: str) -> Verdict:
-        total = 1 if isinstance(task, MathTask) else len(task.tests.cases)
-        return Verdict(self.config.wrong, 0, total, reason)
+        return failure(task, self.config.wrong, reason)
 
     async def _drive(self, slot: int) -> None:
         """Feed one worker from the queue, forever."""
@@ -184,7 +183,14 @@ class RewardPool:
             task, future = await self._queue.get()
             if future.done():  # the caller gave up
                 continue
-            verdict = await self._score_on(slot, task)
+            try:
+                verdict = await self._score_on(slot, task)
+            except asyncio.CancelledError:  # close(): the caller must not wait forever
+                future.cancel()
+                raise
+            except Exception as e:  # a bug here must not silence this worker's slot for good
+                log.exception("reward pool: scoring on worker %d failed", slot)
+                verdict = self._failure(task, f"reward pool error: {type(e).__name__}: {e}")
             if not future.done():
                 future.set_result(verdict)
 

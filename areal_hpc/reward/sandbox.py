@@ -18,9 +18,15 @@ All backends: the run starts in a fresh temporary directory (also HOME and TMPDI
 afterwards; a service running as root runs programs as `nobody` (uid 65534), so root's files are
 out of reach; resource limits on every test process (address space, CPU seconds, file size =
 output limit, process count, no core files); a per-test wall-clock limit enforced by the harness
-and a total one enforced here; the environment is replaced. The process-count limit is exact with
-a user namespace (bwrap, unshare); with `rlimits` it counts every process of the user, so it is set
-to the user's current count plus the allowance.
+and a total one enforced here; the environment is replaced; programs get the interpreter's
+standard library only (`python -I -S`).
+
+Limits of the limits: the memory limit is per process (RLIMIT_AS), not for the run as a whole. The
+process-count limit is exact with a user namespace (bwrap, unshare); with `rlimits` it counts
+every process of the user, so it is set to the user's current count plus the allowance. If the
+worker itself is killed mid-run, bwrap (--die-with-parent) and unshare (--kill-child, PID
+namespace) take every process of the run with it; with `rlimits` only the harness dies with it,
+and a process that had detached lives on until its CPU-time limit.
 
 One run at a time per process: the sweep at the end kills every new descendant of the caller.
 """
@@ -126,9 +132,9 @@ def _bind_system(python: str) -> list[str]:
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    prefix = str(Path(python).parent.parent)  # <prefix>/bin/python3
-    if not prefix.startswith("/usr"):
-        args += ["--ro-bind", prefix, prefix]
+    prefix = Path(python).parent.parent  # <prefix>/bin/python3
+    if not prefix.is_relative_to("/usr"):
+        args += ["--ro-bind", str(prefix), str(prefix)]
     return args
 
 
@@ -140,6 +146,8 @@ class Sandbox:
         self.python = python
         self.limits = limits
         self.as_nobody = os.geteuid() == 0
+        # The launcher's absolute path: programs start with PATH=/usr/bin:/bin.
+        self.tool = shutil.which(backend) if backend != "rlimits" else None
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     def describe(self) -> str:
@@ -167,8 +175,8 @@ class Sandbox:
 
     def probe(self) -> str | None:
         """None if a trivial program runs and echoes its input, else what went wrong."""
-        if self.backend != "rlimits" and shutil.which(self._launcher()[0]) is None:
-            return f"{self._launcher()[0]} is not installed"
+        if self.backend != "rlimits" and self.tool is None:
+            return f"{self.backend} is not installed"
         suite = TestSuite((TestCase("probe\n", "probe\n"),))
         result = self.run("print(input())", suite)
         if result.error:
@@ -178,19 +186,14 @@ class Sandbox:
             return f"probe program failed (exit {case.exit}, signal {case.signal}): {case.stderr.strip()[-300:]}"
         return None
 
-    def _launcher(self) -> list[str]:
-        if self.backend == "bwrap":
-            return ["bwrap"]
-        if self.backend == "unshare":
-            return ["unshare", "--user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-                    "--ipc", "--uts"]
-        return []
-
     def _command(self, workdir: str) -> list[str]:
         interpreter = [self.python, "-I", "-S", "-X", "utf8", "-c", _HARNESS_SOURCE]
-        if self.backend != "bwrap":
-            return self._launcher() + interpreter
-        return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        if self.backend == "rlimits":
+            return interpreter
+        if self.backend == "unshare":
+            return [self.tool, "--user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc",
+                    "--uts", *interpreter]
+        return [self.tool, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 *_bind_system(self.python), "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
                 "--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--remount-ro", "/",
                 "--", *interpreter]

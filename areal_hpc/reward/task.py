@@ -47,6 +47,12 @@ class Verdict:
         return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]))
 
 
+def failure(task: Task | None, reward: float, reason: str) -> Verdict:
+    """A failing verdict that counts every test case of the task (one for math or no task)."""
+    total = len(task.tests.cases) if isinstance(task, CodeTask) else 1
+    return Verdict(reward, 0, total, reason)
+
+
 def task_to_json(task: Task) -> dict:
     if isinstance(task, MathTask):
         return {"kind": "math", "response": task.response, "reference": task.reference}

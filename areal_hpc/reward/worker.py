@@ -21,7 +21,7 @@ from areal_hpc.errors import UserError
 from areal_hpc.reward.code_check import check_code
 from areal_hpc.reward.math_check import check_math
 from areal_hpc.reward.sandbox import Sandbox
-from areal_hpc.reward.task import MathTask, Task, Verdict, task_from_json
+from areal_hpc.reward.task import MathTask, Task, Verdict, failure, task_from_json
 
 log = logging.getLogger("areal_hpc.reward.worker")
 PR_SET_PDEATHSIG = 1
@@ -46,7 +46,10 @@ class Scorer:
         return self._sandbox
 
     def prepare(self) -> str:
-        """Find the sandbox now when the service scores code, so a missing one fails at start."""
+        """Warm up before serving: math-verify builds its LaTeX parser on first use (about a second),
+        which must not count against a task's time limit; find the sandbox when the service
+        scores code, so a missing one fails at start."""
+        check_math(MathTask("\\boxed{\\frac{1}{2}}", "0.5"), self.config)
         if self.config.kind == "code":
             return self.sandbox.describe()
         return "math"
@@ -60,11 +63,6 @@ class Scorer:
 def _send(out: TextIO, obj: dict) -> None:
     out.write(json.dumps(obj) + "\n")
     out.flush()
-
-
-def _internal_failure(task: Task, config: RewardConfig, error: Exception) -> Verdict:
-    total = 1 if isinstance(task, MathTask) else len(task.tests.cases)
-    return Verdict(config.wrong, 0, total, f"internal error while scoring: {type(error).__name__}: {error}")
 
 
 def main(argv: list[str]) -> int:
@@ -84,12 +82,13 @@ def main(argv: list[str]) -> int:
         return 1
     for line in sys.stdin:
         msg = json.loads(line)
-        task = task_from_json(msg["task"])
+        task = None
         try:
+            task = task_from_json(msg["task"])
             verdict = scorer.score(task)
         except Exception as e:  # a bug or a library failure must not stop the service
             log.exception("scoring failed")
-            verdict = _internal_failure(task, config, e)
+            verdict = failure(task, config.wrong, f"internal error while scoring: {type(e).__name__}: {e}")
         _send(out, {"id": msg["id"], "verdict": verdict.to_json()})
     return 0
 

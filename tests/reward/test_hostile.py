@@ -40,7 +40,7 @@ def _one_case(expected: str) -> TestSuite:
 def served(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
     """One pool per backend for the module, driven from a persistent event loop."""
     runner = asyncio.Runner()
-    pool = runner.run(RewardPool(reward_config(backend, total_timeout_s=3.0)).start())
+    pool = runner.run(RewardPool(reward_config(backend, total_timeout_s=5.0)).start())
     try:
         yield runner, pool
     finally:
@@ -57,7 +57,7 @@ def contained(served: tuple[asyncio.Runner, RewardPool], program: str, tests: Te
         assert pid is not None and psutil.Process(pid).children(recursive=True) == []
     assert sandbox_processes() == []
     again = runner.run(pool.score(CodeTask(ADD_PROGRAM, ADD)))
-    assert again == Verdict(pool.config.correct, 2, 2, "passed all 2 tests")
+    assert again == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests")
     return verdict
 
 

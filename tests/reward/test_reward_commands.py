@@ -45,7 +45,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 def test_code_command_counts_every_case(capsys, files) -> None:
     code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["good"]), "--tests",
                                str(files["tests"]))
-    assert code == 0 and verdict == {"reward": 5.0, "passed": 3, "total": 3, "reason": "passed all 3 tests"}
+    assert code == 0 and verdict == {"reward": 5.0, "passed": 3, "total": 3, "reason": "passed 3/3 tests"}
     code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["half"]), "--tests",
                                str(files["tests"]))
     assert code == 0 and (verdict["reward"], verdict["passed"], verdict["total"]) == (-5.0, 2, 3)

@@ -21,7 +21,7 @@ from tests.reward.conftest import LIMITS, sandbox_processes
 
 ADD = parse_tests({"inputs": ["1 2\n"], "outputs": ["3\n"]})
 SLOW_ADD = "import time\ntime.sleep({s})\na, b = map(int, input().split())\nprint(a + b)\n"
-CONFIG = RewardConfig(kind="code", workers=2, max_pending=2, timeout_s=3.0, code=CodeSandboxConfig(**LIMITS))
+CONFIG = RewardConfig(kind="code", workers=2, max_pending=2, timeout_s=5.0, code=CodeSandboxConfig(**LIMITS))
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_an_unresponsive_worker_is_killed_and_replaced(served) -> None:
         os.kill(pid, signal.SIGSTOP)
     start = time.monotonic()
     verdict = runner.run(pool.score(MathTask("\\boxed{2}", "2")))
-    assert verdict.reward == CONFIG.wrong and "timed out after 5 s (worker restarted)" in verdict.reason
+    assert verdict.reward == CONFIG.wrong and "timed out after 7 s (worker restarted)" in verdict.reason
     assert time.monotonic() - start < 20
     assert pool.timeouts == 1
     killed = [p for p in stuck if p not in _pids(pool)]
@@ -122,7 +122,7 @@ def test_a_task_is_retried_when_its_worker_dies(served) -> None:
         assert pool.restarts == restarts + 1
         return verdict
 
-    assert runner.run(kill_one_under_task()) == Verdict(CONFIG.correct, 1, 1, "passed all 1 tests")
+    assert runner.run(kill_one_under_task()) == Verdict(CONFIG.correct, 1, 1, "passed 1/1 tests")
 
 
 def test_a_task_whose_worker_keeps_dying_fails_with_a_reason(served) -> None:
