@@ -145,7 +145,9 @@ def measure_gpu(quick: bool, peak_tflops: float | None) -> dict:
 
 
 def table(report: dict) -> str:
-    lines = ["| layout | ranks | tokens/step | step s | tokens/s |", "|---|---|---|---|---|"]
+    lines = [f"{report['cpus']} CPUs, load average {report['load_average_before']:.1f} before,"
+             f" {report['load_average_after']:.1f} after", "",
+             "| layout | ranks | tokens/step | step s | tokens/s |", "|---|---|---|---|---|"]
     for layout, r in report["cpu"].items():
         lines.append(f"| {layout} (CPU, tiny) | {r['ranks']} | {r['tokens_per_step']:.0f} | {r['step_s']:.3f} |"
                      f" {r['tokens_per_s']:.0f} |")
@@ -182,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak")
     args = parser.parse_args(argv)
-    report: dict = {"quick": args.quick, "cpu": measure_cpu(args.quick)}
+    # Other work on the machine slows the CPU figures; the 1-minute load average says how much.
+    report: dict = {"quick": args.quick, "cpus": os.cpu_count(), "load_average_before": os.getloadavg()[0]}
+    report["cpu"] = measure_cpu(args.quick)
+    report["load_average_after"] = os.getloadavg()[0]
     import torch
 
     if torch.cuda.is_available():

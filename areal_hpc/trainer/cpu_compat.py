@@ -9,6 +9,7 @@ once and `cuda_as_cpu()` is a no-op context, so the GPU profile runs megatron-co
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Iterator
 
 import torch
@@ -33,7 +34,25 @@ def apply() -> None:
     torch.cuda.current_device = lambda: torch.device("cpu")
     # pipeline_parallel/p2p_communication.py:398 synchronises the device after batched p2p.
     torch.cuda.synchronize = lambda device=None: None
+    # pipeline_parallel/schedules.py:596 and :2138 allocate the token counter on "cuda" at the start
+    # of every forward-backward schedule. That module alone sees a torch whose zeros() allocate on
+    # the CPU (a TorchFunctionMode around the whole schedule would slow every op by ~15%).
+    from megatron.core.pipeline_parallel import schedules
+
+    schedules.torch = _CpuZerosTorch("torch")
     _applied = True
+
+
+class _CpuZerosTorch(types.ModuleType):
+    """The torch module, except that zeros(device="cuda") allocates on the CPU."""
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    def zeros(self, *args, **kwargs):
+        if _is_cuda(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}
+        return torch.zeros(*args, **kwargs)
 
 
 class _CpuRNGStatesTracker:
@@ -98,8 +117,8 @@ def _is_cuda(device: object) -> bool:
 class _CudaAsCpu(TorchFunctionMode):
     """Runs megatron code that hard-codes the CUDA device on CPU tensors instead.
 
-    Answers device="cuda" in pipeline_parallel/schedules.py:596 and :2138,
-    optimizer/optimizer.py:481/485/907, optimizer/clip_grads.py:103/174, utils.py:1207, and the
+    Used around optimizer construction and steps and around checkpointing. Answers device="cuda"
+    in optimizer/optimizer.py:481/485/907, optimizer/clip_grads.py:103/174, utils.py:1207, and the
     `tensor.type() == "torch.cuda.FloatTensor"` checks of optimizer/clip_grads.py:167 and
     optimizer/distrib_optimizer.py:361/420/582 (which would reject fp32 CPU parameters at :431).
     """

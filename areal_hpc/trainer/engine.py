@@ -228,6 +228,8 @@ class TrainEngine:
         return [[members[j] for j in g] for g in groups]
 
     def _pack(self, seqs: list[TokenSequence], groups: list[list[int]]) -> Iterator[PackedMicroBatch]:
+        # Sequence parallelism splits the token axis over TP ranks: pad it to a multiple of tp
+        # (at most tp - 1 tokens beyond the budget; the padding is never scored).
         multiple = self.ranks.tp_size if self.cfg.trainer.sequence_parallel else 1
         for g in groups:
             yield pack(seqs, g, self.device, multiple)
@@ -256,7 +258,7 @@ class TrainEngine:
 
         longest = max(sum(seqs[i].length for i in g) for g in groups)
         context = torch.no_grad() if forward_only else torch.enable_grad()
-        with context, cpu_compat.cuda_as_cpu():
+        with context:
             return get_forward_backward_func()(
                 forward_step_func=forward_step, data_iterator=self._pack(seqs, groups), model=[self.ddp],
                 num_microbatches=len(groups), seq_length=longest, micro_batch_size=1,
