@@ -3,7 +3,13 @@
 megatron-core assumes a GPU in a handful of places (measured in ../shared/notes/megatron-cpu.md).
 Each fix below names the megatron-core file:line it answers (paths under `megatron/core/`, line
 numbers of 0.16.1). Nothing here runs when CUDA is available: `apply()` and `seed()` return at
-once and `cuda_as_cpu()` is a no-op context, so the GPU profile runs megatron-core unchanged.
+once and `cuda_as_cpu()` is a no-op context, so the GPU profile runs megatron-core unchanged. The
+optimizer-state fixes (prime_optimizer_state, restore_adam_steps) answer the absence of Apex and
+Transformer Engine, which is the CPU profile, and check exactly that.
+
+One more CPU difference lives in the layer spec rather than here: the local DotProductAttention
+rejects packed sequences (transformer/dot_product_attention.py:153) and builds its causal mask on
+"cuda" (transformer/utils.py:35), so the CPU spec (model.py) uses packed_attention.py instead.
 """
 
 from __future__ import annotations

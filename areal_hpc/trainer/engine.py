@@ -108,31 +108,31 @@ class TrainEngine:
                 f" absent {sorted(mapped - params)}"
             )
 
+    def _schedule(self, total_steps: int) -> dict:
+        """Constant lr after a linear warmup over warmup_ratio of the optimizer steps (one per
+        minibatch), starting at lr / (warmup + 1) so that no step runs with a zero lr."""
+        o = self.cfg.optimizer
+        updates = max(1, total_steps * self.cfg.ppo.minibatches)
+        warmup = round(o.warmup_ratio * updates)
+        return {"init_lr": o.lr / (warmup + 1), "lr_warmup_steps": warmup,
+                "lr_decay_steps": max(updates, warmup + 1), "wd_incr_steps": updates}
+
     def _make_scheduler(self, total_steps: int):
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         o = self.cfg.optimizer
-        updates = max(1, total_steps * self.cfg.ppo.minibatches)
-        warmup = round(o.warmup_ratio * updates)
-        # Linear warmup from lr / (warmup + 1), so that no step runs with a zero learning rate.
         return OptimizerParamScheduler(
-            self.optimizer, init_lr=o.lr / (warmup + 1), max_lr=o.lr, min_lr=o.lr,
-            lr_warmup_steps=warmup, lr_decay_steps=max(updates, warmup + 1), lr_decay_style="constant",
-            start_wd=o.weight_decay, end_wd=o.weight_decay, wd_incr_steps=updates,
-            wd_incr_style="constant",
+            self.optimizer, max_lr=o.lr, min_lr=o.lr, lr_decay_style="constant", start_wd=o.weight_decay,
+            end_wd=o.weight_decay, wd_incr_style="constant", **self._schedule(total_steps),
         )
 
     def _set_total_steps(self, total_steps: int) -> None:
         if total_steps == self.total_steps:
             return
         self.total_steps = total_steps
-        o, s = self.cfg.optimizer, self.scheduler
-        updates = max(1, total_steps * self.cfg.ppo.minibatches)
-        s.lr_warmup_steps = round(o.warmup_ratio * updates)
-        s.init_lr = o.lr / (s.lr_warmup_steps + 1)
-        s.lr_decay_steps = max(updates, s.lr_warmup_steps + 1)
-        s.wd_incr_steps = updates
-        s.step(0)
+        for key, value in self._schedule(total_steps).items():
+            setattr(self.scheduler, key, value)
+        self.scheduler.step(0)
 
     # ---------------------------------------------------------------- weights in and out
 
@@ -194,9 +194,14 @@ class TrainEngine:
 
     # ---------------------------------------------------------------- batches
 
+    def _fitting(self, seq: TokenSequence, where: str) -> TokenSequence:
+        budget = self.cfg.trainer.micro_batch_tokens
+        if seq.length > budget:
+            raise BatchError(f"{where}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}")
+        return seq
+
     def _sequences(self, trajectories: list[Trajectory]) -> list[TokenSequence]:
         seqs = []
-        budget = self.cfg.trainer.micro_batch_tokens
         for t in trajectories:
             where = f"trajectory (prompt_id {t.prompt_id}, sample {t.sample_index})"
             if not t.prompt_ids or not t.output_ids:
@@ -206,12 +211,7 @@ class TrainEngine:
                     f"{where}: {len(t.output_ids)} output tokens but {len(t.logprobs)} logprobs and"
                     f" {len(t.versions)} versions"
                 )
-            seq = TokenSequence(t.prompt_ids, t.output_ids, {"behav": t.logprobs})
-            if seq.length > budget:
-                raise BatchError(
-                    f"{where}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}"
-                )
-            seqs.append(seq)
+            seqs.append(self._fitting(TokenSequence(t.prompt_ids, t.output_ids, {"behav": t.logprobs}), where))
         return seqs
 
     def _share(self, members: list[int], seqs: list[TokenSequence]) -> list[int]:
@@ -266,8 +266,8 @@ class TrainEngine:
             )
 
     def _logprobs_loss(self, mb: PackedMicroBatch, output: torch.Tensor):
-        lp = self._token_logprobs(output, mb).detach().cpu()
-        return torch.zeros(()), {"members": mb.members, "logprobs": mb.per_sequence(lp)}
+        lp = self._token_logprobs(output, mb).detach()
+        return torch.zeros((), device=lp.device), {"members": mb.members, "logprobs": mb.per_sequence(lp.cpu())}
 
     def _forward_logprobs(self, seqs: list[TokenSequence], members: list[int]) -> dict[int, torch.Tensor]:
         """Current-weight log-probs of the output tokens of `members` (last pipeline stage only)."""
@@ -298,8 +298,7 @@ class TrainEngine:
         s = torch.tensor([sums.get(k, 0.0) * keep for k in _SUMS], dtype=torch.float64)
         m = torch.tensor([maxes.get(k, -math.inf) if keep else -math.inf for k in _MAXES], dtype=torch.float64)
         if dist.get_world_size() > 1:
-            backend_device = "cuda" if self.device == "cuda" else "cpu"
-            s, m = s.to(backend_device), m.to(backend_device)
+            s, m = s.to(self.device), m.to(self.device)
             dist.all_reduce(s)
             dist.all_reduce(m, op=dist.ReduceOp.MAX)
         return dict(zip(_SUMS, s.tolist(), strict=True)), dict(zip(_MAXES, m.tolist(), strict=True))
@@ -314,7 +313,7 @@ class TrainEngine:
             for i, lp in local.items():
                 flat[offsets[i]:offsets[i + 1]] = lp.double()
         if dist.get_world_size() > 1:
-            flat = flat.to("cuda" if self.device == "cuda" else "cpu")
+            flat = flat.to(self.device)
             dist.all_reduce(flat)
         values = flat.cpu().tolist()
         return [values[offsets[i]:offsets[i + 1]] for i in range(len(seqs))]
@@ -330,8 +329,9 @@ class TrainEngine:
     def train_step(self, trajectories: list[Trajectory], total_steps: int | None = None) -> dict[str, float]:
         """One decoupled-PPO training step on the whole batch; version += 1. Returns metrics:
         loss, clip_fraction, masked_fraction, importance_weight_mean/max, approx_kl, grad_norm,
-        lr, mismatch_mean/max (|generator - pi_prox| log-prob over tokens of the current version),
-        tokens, tokens_per_s, step_s, version."""
+        lr, advantage_mean, output_tokens, tokens, tokens_per_s, step_s, version and, with the
+        decoupled objective, mismatch_mean/max/tokens: |generator log-prob - pi_prox log-prob| over
+        the tokens sampled by the current version (the train/inference mismatch)."""
         start = time.perf_counter()
         if total_steps is not None:
             self._set_total_steps(total_steps)
@@ -446,15 +446,11 @@ class TrainEngine:
         }
 
     def _sft_sequences(self, sequences: list[tuple[list[int], list[int]]]) -> list[TokenSequence]:
-        budget = self.cfg.trainer.micro_batch_tokens
         seqs = []
         for k, (prompt, completion) in enumerate(sequences):
             if not prompt or not completion:
                 raise BatchError(f"SFT sequence {k}: needs at least one prompt and one completion token")
-            seq = TokenSequence(list(prompt), list(completion))
-            if seq.length > budget:
-                raise BatchError(f"SFT sequence {k}: {seq.length} tokens, more than trainer.micro_batch_tokens = {budget}")
-            seqs.append(seq)
+            seqs.append(self._fitting(TokenSequence(list(prompt), list(completion)), f"SFT sequence {k}"))
         return seqs
 
     def _sft_backward(self, seqs: list[TokenSequence]) -> float:
