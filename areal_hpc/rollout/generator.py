@@ -126,6 +126,9 @@ class Generator:
             # torch.compile costs minutes of start on a small CPU machine and gains little there.
             enforce_eager=cpu,
             enable_prefix_caching=self.mode != "keep",
+            # vLLM 0.32's CPU runner crashes the engine ("CPU Generator does not use offset") when
+            # a seeded request's prefill is split over steps; on CPU every prefill runs whole.
+            enable_chunked_prefill=not cpu,
             weight_transfer_config={"backend": "gloo" if cpu else "areal_nccl"},
             worker_extension_cls=_WORKER_EXTENSION,
             disable_log_stats=True,

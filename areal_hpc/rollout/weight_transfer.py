@@ -18,6 +18,7 @@ NCCL communicator on GPU (the one vLLM's own NCCL weight-transfer engine uses).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -246,6 +247,8 @@ class WeightSender:
         if world_size < 2:
             raise ValueError(f"weight group world_size = {world_size}: needs the sender and >= 1 receiver")
         self._link = Link(backend, host, port, 0, world_size)
+        # Seconds of the last send from the receivers' acceptance to the last bucket on the wire.
+        self.transfer_s = 0.0
 
     def send(self, version: int, buckets: Iterable[list[tuple[str, torch.Tensor]]]) -> dict[str, str]:
         """Push one update; returns the checksum of every tensor sent (see `checksum`).
@@ -263,6 +266,7 @@ class WeightSender:
                 f"weight update to version {version} refused by {refusals} receiver(s) "
                 "(name, shape, dtype or version mismatch; the generator's error names the tensors)"
             )
+        start = time.perf_counter()
         sums: dict[str, str] = {}
         pending: Callable[[], None] | None = None
         for bucket, entries, nbytes in zip(buckets, header.buckets, header.bucket_bytes, strict=True):
@@ -273,6 +277,7 @@ class WeightSender:
             sums.update((name, checksum(t)) for name, t in bucket)
         if pending is not None:
             pending()
+        self.transfer_s = time.perf_counter() - start
         return sums
 
     def close(self) -> None:

@@ -1,0 +1,126 @@
+"""The weight-transfer protocol without an engine: header, checks, checksums, and a real gloo group."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import torch
+from rollout_processes import free_port
+
+from areal_hpc.rollout import weight_transfer
+from areal_hpc.rollout.weight_transfer import (
+    Header,
+    Link,
+    TensorSpec,
+    WeightMismatch,
+    WeightSender,
+    bucketed,
+    checksum,
+    mismatches,
+)
+
+SHAPES = {"a.weight": (4, 3), "a.bias": (4,), "b.weight": (2, 2)}
+
+
+def named(dtype: torch.dtype = torch.float32) -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [(n, torch.randn(s, generator=g).to(dtype)) for n, s in SHAPES.items()]
+
+
+def test_header_round_trip_and_alignment():
+    tensors = named(torch.bfloat16) + [("scalar", torch.tensor(2.0))]
+    header = Header.layout(7, [tensors[:2], tensors[2:]])
+    assert Header.decode(header.encode()) == header
+    assert header.version == 7
+    for bucket, size in zip(header.buckets, header.bucket_bytes, strict=True):
+        assert all(offset % 64 == 0 for _, offset in bucket)
+        assert size >= max(offset + spec.nbytes for spec, offset in bucket)
+    assert [s.dtype for s in header.specs] == ["bfloat16"] * 3 + ["float32"]
+    assert TensorSpec("x", "bfloat16", (4, 3)).nbytes == 24
+
+
+def test_a_matching_update_has_no_mismatches():
+    assert mismatches([Header.layout(3, [named()])], SHAPES, 3) == []
+    # split over two pipeline stages, any bucketing
+    stages = [Header.layout(3, [named()[:1]]), Header.layout(3, [named()[1:2], named()[2:]])]
+    assert mismatches(stages, SHAPES, 3) == []
+
+
+@pytest.mark.parametrize(
+    "tensors, version, expected",
+    [
+        (named()[:2], 3, "1 tensor(s) of the model not sent: b.weight"),
+        (named() + [("c.weight", torch.zeros(1))], 3, "1 tensor(s) not in the model: c.weight"),
+        (named() + named()[:1], 3, "1 tensor(s) sent more than once: a.weight"),
+        (named()[:2] + [("b.weight", torch.zeros(2, 3))], 3, "'b.weight' has shape [2, 3] but the model's is [2, 2]"),
+        (named()[:2] + [("b.weight", torch.zeros(2, 2, dtype=torch.int32))], 3, "'b.weight' has dtype int32"),
+        (named(), 4, "the sender announces version 3 but the generator expects 4"),
+    ],
+)
+def test_every_mismatch_is_named(tensors, version, expected):
+    problems = mismatches([Header.layout(3, [tensors])], SHAPES, version)
+    assert any(expected in p for p in problems), problems
+
+
+def test_many_unknown_names_are_counted_not_all_listed():
+    extra = [(f"x{i}", torch.zeros(1)) for i in range(9)]
+    (problem,) = mismatches([Header.layout(0, [named() + extra])], SHAPES, 0)
+    assert problem == "9 tensor(s) not in the model: x0, x1, x2, x3, x4 and 4 more"
+
+
+def test_checksum_sees_bits_and_positions_not_memory_layout(monkeypatch):
+    t = torch.randn(50, 7)
+    assert checksum(t) == checksum(t.clone()) == checksum(t.t().contiguous().t())
+    assert checksum(t) != checksum(t.flip(0))  # same values, other positions
+    flipped = t.clone()
+    flipped.view(torch.int32)[3, 2] ^= 1  # one bit
+    assert checksum(t) != checksum(flipped)
+    assert checksum(t.to(torch.bfloat16)) != checksum(t.to(torch.float16))
+    whole = checksum(t)
+    monkeypatch.setattr(weight_transfer, "_CHECKSUM_CHUNK", 16)  # many chunks, same digest
+    assert checksum(t) == whole
+
+
+def test_bucketed_respects_the_budget_and_keeps_order():
+    tensors = [(f"t{i}", torch.zeros(n)) for i, n in enumerate([10, 10, 30, 5, 100])]
+    buckets = list(bucketed(tensors, 100))  # 4 bytes per element
+    assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3"], ["t4"]]
+
+
+def _send(port: int, version: int, tensors, results) -> None:
+    sender = WeightSender("127.0.0.1", port, 2)
+    for v in (version, version + 1):
+        try:
+            results.put(sender.send(v, bucketed(tensors, 40)))
+        except WeightMismatch as e:
+            results.put(str(e))
+    sender.close()
+
+
+def test_tensors_arrive_bit_exact_over_a_gloo_group_and_a_refusal_reaches_the_sender():
+    tensors = named() + [(f"h{i}", torch.randn(3, 5).to(torch.float16)) for i in range(3)]
+    tensors += [("bf", torch.randn(9).to(torch.bfloat16)), ("scalar", torch.tensor(1.5))]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    process = ctx.Process(target=_send, args=(port, 5, tensors, results))
+    process.start()
+    try:
+        link = Link("gloo", "127.0.0.1", port, 1, 2)
+        header = link.recv_header()
+        assert header.version == 5 and len(header.buckets) > 1
+        assert link.sum(0) == 0
+        received = [pair for bucket in link.recv_buckets(header) for pair in bucket]
+        assert [n for n, _ in received] == [n for n, _ in tensors]
+        for (_, got), (_, sent) in zip(received, tensors, strict=True):
+            assert got.dtype == sent.dtype and torch.equal(got, sent)
+        assert results.get(timeout=60) == {n: checksum(t) for n, t in received}
+        # second update: this receiver refuses, so no tensor follows and the sender says so
+        assert link.recv_header().version == 6
+        assert link.sum(1) == 1
+        assert "refused by 1 receiver" in results.get(timeout=60)
+        link.close()
+    finally:
+        process.join(timeout=60)
+    assert process.exitcode == 0
