@@ -14,13 +14,13 @@ child subreaper, any descendant that detached into a new session. A case that le
 running after its own process exits is reported (and fails): a judge cannot tell what they do.
 """
 
+import _signal as signal  # the public module imports enum, which doubles the start-up time
 import builtins
 import ctypes
 import marshal
 import os
 import resource
 import select
-import signal
 import sys
 import time
 

@@ -288,8 +288,8 @@ class Sandbox:
                         while b"\n" in lines:
                             line, _, rest = bytes(lines).partition(b"\n")
                             lines = bytearray(rest)
-                            if self._take(line, result, keep_going):
-                                return result
+                            if self._take(line, result, keep_going) or len(result.cases) == total:
+                                return result  # without waiting for the sandbox to wind down
         if len(result.cases) < total and result.error is None:
             with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
