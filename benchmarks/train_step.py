@@ -2,9 +2,10 @@
 
 CPU (always): the tiny Qwen2 of the CPU profile at TP=1, TP=2 and PP=2 (one gloo process per
 rank, one thread each), a PPO batch shaped like configs/experiments/tiny-cpu.yaml (8 prompts x 4
-samples, outputs up to 256 tokens). tokens/s = tokens of the batch / wall time of train_step
+samples, outputs up to 256 tokens; the same batch every step). tokens/s = tokens of the batch / wall time of train_step
 (which includes the pi_prox forward pass and every minibatch's forward, backward and optimizer
-step), median over the timed steps after one warm-up step.
+step), median over the timed steps after one warm-up step. Also tokens per CPU second (process
+CPU time of all ranks together), which other work on a shared machine barely changes.
 
 GPU (when CUDA is visible): a model of DeepSeek-R1-Distill-Qwen-1.5B's shape
 (configs/models/qwen2-1.5b.yaml, random weights, bf16, Transformer Engine layers) on one GPU;
@@ -50,6 +51,8 @@ def ppo_batch(seed: int, prompts: int, group: int, max_prompt: int, max_new: int
 
 def cpu_worker(layout: str, model_dir: str, steps: int, result_file: str) -> None:
     """One rank of the CPU measurement (run under torch.distributed.run)."""
+    import torch
+
     from areal_hpc.config import load_config
     from areal_hpc.trainer.engine import TrainEngine
     from areal_hpc.trainer.parallel import init_trainer_world
@@ -60,19 +63,23 @@ def cpu_worker(layout: str, model_dir: str, steps: int, result_file: str) -> Non
     engine = TrainEngine(cfg)
     engine.load_hf(model_dir)
     r = cfg.rollout
-    rates, seconds = [], []
+    seconds, cpu_seconds = [], []
+    batch = ppo_batch(0, r.batch_prompts, r.group_size, r.max_prompt_len, r.max_new_tokens, cfg.model.vocab_size)
     for step in range(steps + 1):
-        batch = ppo_batch(step, r.batch_prompts, r.group_size, r.max_prompt_len, r.max_new_tokens,
-                          cfg.model.vocab_size)
         for t, lps in zip(batch, engine.compute_logprobs(batch), strict=True):
             t.logprobs, t.versions = lps, [engine.version] * len(lps)
+        cpu_start = time.process_time()
         metrics = engine.train_step(batch)
         if step > 0:  # the first step pays for one-time allocations
-            rates.append(metrics["tokens_per_s"])
             seconds.append(metrics["step_s"])
+            cpu_seconds.append(time.process_time() - cpu_start)
+    # CPU seconds of all ranks together: unlike wall time, barely changed by other work on the machine.
+    cpu = torch.tensor([statistics.median(cpu_seconds)], dtype=torch.float64)
+    torch.distributed.all_reduce(cpu)
     if int(os.environ["RANK"]) == 0:
         Path(result_file).write_text(json.dumps({
-            "tokens_per_s": statistics.median(rates), "step_s": statistics.median(seconds),
+            "tokens_per_s": metrics["tokens"] / statistics.median(seconds), "step_s": statistics.median(seconds),
+            "cpu_s": cpu.item(), "tokens_per_cpu_s": metrics["tokens"] / cpu.item(),
             "tokens_per_step": metrics["tokens"], "steps": steps, "ranks": tp * pp,
         }))
 
@@ -147,10 +154,11 @@ def measure_gpu(quick: bool, peak_tflops: float | None) -> dict:
 def table(report: dict) -> str:
     lines = [f"{report['cpus']} CPUs, load average {report['load_average_before']:.1f} before,"
              f" {report['load_average_after']:.1f} after", "",
-             "| layout | ranks | tokens/step | step s | tokens/s |", "|---|---|---|---|---|"]
+             "| layout | ranks | tokens/step | step s | tokens/s | CPU s (all ranks) | tokens/CPU s |",
+             "|---|---|---|---|---|---|---|"]
     for layout, r in report["cpu"].items():
         lines.append(f"| {layout} (CPU, tiny) | {r['ranks']} | {r['tokens_per_step']:.0f} | {r['step_s']:.3f} |"
-                     f" {r['tokens_per_s']:.0f} |")
+                     f" {r['tokens_per_s']:.0f} | {r['cpu_s']:.3f} | {r['tokens_per_cpu_s']:.0f} |")
     gpu = report.get("gpu")
     if gpu:
         mfu = f"{gpu['mfu']:.1%}" if gpu["mfu"] is not None else "peak unknown (--peak-tflops)"
@@ -166,10 +174,14 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cpu = report["cpu"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.bar(list(cpu), [r["tokens_per_s"] for r in cpu.values()], color="tab:blue")
-    ax.set_ylabel("tokens / s (PPO step)")
-    ax.set_title("Tiny Qwen2 on CPU (gloo, 1 thread per rank)")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = range(len(cpu))
+    ax.bar([i - 0.2 for i in x], [r["tokens_per_s"] for r in cpu.values()], 0.4, label="tokens / s (wall)")
+    ax.bar([i + 0.2 for i in x], [r["tokens_per_cpu_s"] for r in cpu.values()], 0.4, label="tokens / CPU s")
+    ax.set_xticks(list(x), list(cpu))
+    ax.set_ylabel("tokens per second of a PPO step")
+    ax.set_title(f"Tiny Qwen2 on CPU (gloo, 1 thread per rank, load {report['load_average_before']:.0f})")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
