@@ -107,7 +107,7 @@ class Generator:
         return self._pending
 
     async def start(self) -> None:
-        """Start the engine (tens of seconds on CPU); the weights are those of `model_dir`."""
+        """Start the engine with the weights of `model_dir`; blocks the event loop meanwhile (~25 s on CPU)."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -123,7 +123,7 @@ class Generator:
             # vLLM's default memory reservation fails on CPU; a fixed KV-cache size works.
             kv_cache_memory_bytes=g.kv_cache_bytes if cpu else None,
             gpu_memory_utilization=g.gpu_memory_utilization,
-            # torch.compile costs minutes of start on a small CPU machine and gains little there.
+            # Eager on CPU: no torch.compile at start (the engine then starts in ~25 s here).
             enforce_eager=cpu,
             enable_prefix_caching=self.mode != "keep",
             # vLLM 0.32's CPU runner crashes the engine ("CPU Generator does not use offset") when
