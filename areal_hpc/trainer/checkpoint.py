@@ -45,6 +45,7 @@ def load(path: Path, ddp, optimizer, scheduler) -> dict[str, int]:
     """Restore into the built model and optimizer; returns the saved counters."""
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.core import CheckpointingException
+    from torch.distributed.checkpoint.api import CheckpointException
 
     if not (path / "metadata.json").is_file():
         raise WeightsError(f"{path}: not a trainer checkpoint (no metadata.json)")
@@ -56,6 +57,9 @@ def load(path: Path, ddp, optimizer, scheduler) -> dict[str, int]:
             state = dist_checkpointing.load(template, str(path))
         except CheckpointingException as e:
             raise WeightsError(f"{path}: {e}") from None
+        except CheckpointException as e:  # a BaseException: PyTorch's per-rank failures
+            reasons = sorted({str(exc) for exc, _ in e.failures.values()})
+            raise WeightsError(f"{path}: " + "; ".join(reasons)) from None
         ddp.module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     cpu_compat.restore_adam_steps(optimizer)

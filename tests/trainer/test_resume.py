@@ -20,3 +20,14 @@ def test_resumed_steps_equal_the_uninterrupted_run(resume_runs):
     assert weights_a and sorted(weights_a) == sorted(weights_b)
     for name, tensor in weights_a.items():
         assert torch.equal(weights_b[name], tensor), name
+
+
+@pytest.mark.parametrize("case, message", [
+    ("wrong_shape", "Global shape mismatch for loaded (torch.Size([4, 768, 128])) and expected ((4, 512, 128))"
+                    " tensor for key decoder.layers.mlp.linear_fc1.weight"),
+    ("not_a_checkpoint", "not a trainer checkpoint (no metadata.json)"),
+])
+def test_bad_trainer_checkpoints_are_named(resume_runs, case, message):
+    for result in resume_runs[1]:
+        error = result["errors"][case]
+        assert error.startswith("WeightsError:") and message in error, error

@@ -10,7 +10,8 @@ the test modules. Scenarios:
 - layouts (2 ranks): the same loss / gradients / log-probs / SFT step at tp=2, pp=2, dp=2, tp=2
   with sequence parallelism and pp=2 with tied embeddings, and the hf export from the shards;
 - resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
-- resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps;
+- resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps; then
+  load it into a model of another shape, and load a directory that is no checkpoint;
 - cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps.
 """
 
@@ -205,7 +206,16 @@ def resume_b(out: Path, model_dir: str, tied_dir: str) -> dict:
     engine.load_checkpoint(out / "ckpt")
     version = engine.version
     after = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
-    return {"version": version, "after": after, "weights": hf_tensors(engine)}
+    result = {"version": version, "after": after, "weights": hf_tensors(engine), "errors": {}}
+    del engine
+    wrong_shape = TrainEngine(config(1, 1, 2, "model.intermediate_size=256"))
+    for name, path in (("wrong_shape", out / "ckpt"), ("not_a_checkpoint", out)):
+        try:
+            wrong_shape.load_checkpoint(path)
+            result["errors"][name] = "no error"
+        except Exception as e:
+            result["errors"][name] = f"{type(e).__name__}: {e}"
+    return result
 
 
 def cuda(out: Path, model_dir: str, tied_dir: str) -> dict:
