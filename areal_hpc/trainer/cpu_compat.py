@@ -123,8 +123,10 @@ def _is_cuda(device: object) -> bool:
 class _CudaAsCpu(TorchFunctionMode):
     """Runs megatron code that hard-codes the CUDA device on CPU tensors instead.
 
-    Used around optimizer construction and steps and around checkpointing. Answers device="cuda"
-    in optimizer/optimizer.py:481/485/907, optimizer/clip_grads.py:103/174, utils.py:1207, and the
+    Used around model, optimizer and checkpoint calls, not around forward and backward passes.
+    Answers `.cuda()` in models/common/language_module/language_module.py:244 (tied embeddings
+    with pipeline parallelism); device="cuda" in optimizer/optimizer.py:481/485/907,
+    optimizer/clip_grads.py:103/174 and utils.py:1207; and the
     `tensor.type() == "torch.cuda.FloatTensor"` checks of optimizer/clip_grads.py:167 and
     optimizer/distrib_optimizer.py:361/420/582 (which would reject fp32 CPU parameters at :431).
     """

@@ -162,6 +162,7 @@ class TrainEngine:
         it in step. Every rank gets the same number of buckets; only the stage leader's
         (is_stage_leader) hold tensors, the others are empty lists. Data-parallel replicas other
         than the first do no communication. A tensor larger than bucket_bytes is a bucket alone.
+        Tensors may share storage with the live parameters: send or copy them before the next step.
         """
         return hf_export.stream(self.model, self.rules, self.cfg.model, self.ranks, bucket_bytes)
 

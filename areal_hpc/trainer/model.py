@@ -98,7 +98,7 @@ def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage:
 
     m = cfg.model
     config = transformer_config(cfg, device)
-    with cpu_compat.cuda_as_cpu():
+    with cpu_compat.cuda_as_cpu():  # the tied output weight of the last stage is moved .cuda()
         model = GPTModel(
             config=config,
             transformer_layer_spec=layer_spec(config, device),
