@@ -129,15 +129,17 @@ def overhead(quick: bool) -> dict:
             runners = {"bare": lambda s=suite: _bare(python, s, program)}
             for name, sandbox in sandboxes.items():
                 runners[name] = lambda sb=sandbox, s=suite: _check(sb.run(PROGRAM, s), len(s.cases))
-            for name, fn in runners.items():
+            times: dict[str, list[float]] = {name: [] for name in runners}
+            for fn in runners.values():
                 fn()  # warm up
-                times = []
-                for _ in range(reps):
+            for _ in range(reps):  # round robin, so changes in the machine's load hit every runner alike
+                for name, fn in runners.items():
                     start = time.perf_counter()
                     fn()
-                    times.append(time.perf_counter() - start)
-                out[name][f"{cases} cases"] = {"p50_ms": 1e3 * statistics.median(times),
-                                               "p99_ms": 1e3 * _percentile(times, 0.99), "reps": reps}
+                    times[name].append(time.perf_counter() - start)
+            for name, t in times.items():
+                out[name][f"{cases} cases"] = {"p50_ms": 1e3 * statistics.median(t),
+                                               "p99_ms": 1e3 * _percentile(t, 0.99), "reps": reps}
     out["python"] = {"path": python}
     return out
 
