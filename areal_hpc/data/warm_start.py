@@ -26,14 +26,15 @@ import time
 from pathlib import Path
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.data.arithmetic import Problem, make_splits
+from areal_hpc.data.arithmetic import Problem, make_problem, make_splits
 
 CACHE_ENV = "AREAL_HPC_CACHE"
 READY_FILE = "warm_start.json"
 # SFT problems avoid the first this-many held-out problems of the seed, which contain the held-out
 # set of any run with data.synthetic_eval_size up to it (held-out sets are prefixes of one
-# sequence), so one warm-started model serves every such run.
-RESERVED_HELD_OUT = 1024
+# sequence), so one warm-started model serves every such run. Kept small: the task has only 243
+# distinct one-operation problems.
+RESERVED_HELD_OUT = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Recipe:
 
     sft_problems: int = 6000
     val_problems: int = 128
+    # Longest SFT problem in operations: short problems teach the arithmetic fastest; RL then
+    # meets the longer ones of the full distribution (up to 8 operations).
+    max_ops: int = 4
     batch: int = 64
     lr: float = 2e-3
     max_steps: int = 400
@@ -87,10 +91,21 @@ def ensure_prepared(cfg: ExperimentConfig) -> Path:
 
 
 def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Problem], list[Problem]]:
-    """Training problems with worked solutions, and validation problems; none is held out for RL."""
-    held_out = max(cfg.data.synthetic_eval_size, RESERVED_HELD_OUT)
-    train, _ = make_splits(cfg.seed, recipe.sft_problems + recipe.val_problems, held_out)
-    return train[: recipe.sft_problems], train[recipe.sft_problems :]
+    """SFT problems (up to recipe.max_ops operations) with worked solutions, and validation problems
+    of the full distribution; none of them is held out for RL."""
+    _, reserved = make_splits(cfg.seed, 0, max(cfg.data.synthetic_eval_size, RESERVED_HELD_OUT))
+    avoid = {p.prompt for p in reserved}
+    rng = random.Random(f"warm-start/{cfg.seed}")
+
+    def draw(n: int, max_ops: int) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            p = make_problem(rng, max_ops)
+            if p.prompt not in avoid:
+                out.append(p)
+        return out
+
+    return draw(recipe.sft_problems, recipe.max_ops), draw(recipe.val_problems, 8)
 
 
 def greedy_accuracy(model_dir: Path, problems: list[Problem], max_new_tokens: int) -> float:

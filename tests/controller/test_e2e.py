@@ -22,7 +22,7 @@ from areal_hpc.controller import checkpoint as ck
 
 pytestmark = pytest.mark.slow
 
-ETA, STEPS, B, GROUP = 2, 6, 4, 4
+ETA, STEPS, B, GROUP = 2, 8, 4, 4
 
 
 def overrides(run_dir: Path, model_dir: Path, steps: int = STEPS) -> list[str]:
@@ -74,8 +74,8 @@ def leftovers(marker: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory, warm_model_dir):
-    """Run 1 is killed (kill -9 of the generator rank) after its checkpoint at step 2 and a few
-    more steps; run 2 resumes it to the end."""
+    """Run 1 is killed (kill -9 of the generator rank) after its first checkpoint and step 3;
+    run 2 resumes it to the end."""
     run_dir = tmp_path_factory.mktemp("e2e")
     marker = uuid.uuid4().hex
     proc = subprocess.Popen(
@@ -84,7 +84,7 @@ def killed_and_resumed(tmp_path_factory, warm_model_dir):
     )
     try:
         deadline = time.monotonic() + 420
-        while not (ck.is_complete(ck.step_dir(run_dir / "checkpoints", 2)) and steps_done(run_dir) >= 3):
+        while not (ck.latest_complete(run_dir / "checkpoints") and steps_done(run_dir) >= 3):
             assert proc.poll() is None, proc.stdout.read()
             assert time.monotonic() < deadline, "run 1 did not reach step 3"
             time.sleep(0.5)
@@ -99,11 +99,11 @@ def killed_and_resumed(tmp_path_factory, warm_model_dir):
     orphans = leftovers(marker)
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    resumed_from = ck.latest_complete(run_dir / "checkpoints")
+    resumed_from = ck.ControllerState.load(ck.latest_complete(run_dir / "checkpoints")).version
     second = run_job(3, overrides(run_dir, warm_model_dir), timeout=420)
     return {
         "run_dir": run_dir, "first_rc": proc.returncode, "first_output": first_output, "exit_s": exit_s,
-        "orphans": orphans, "resumed_from": ck.ControllerState.load(resumed_from).version, "second": second,
+        "orphans": orphans, "resumed_from": resumed_from, "second": second,
     }
 
 
