@@ -38,7 +38,7 @@ ETAS_5C: tuple[int | None, ...] = (0, 1, 2, 4, 8, 16, None)
 
 
 def _scaling(model: str, context: int, gpus: int, system: str, fid: predict.Fidelity) -> float | None:
-    return predict.scaling(model, context, [gpus], system, fidelity=fid)[0]["tokens_per_s"]
+    return predict.scaling(model, context, [gpus], system, fidelity=fid)[0].tokens_per_s
 
 
 def _staleness(model: str, gpus: int, eta: int | None, context: int, batch_prompts: int | None,
@@ -50,18 +50,18 @@ def _staleness(model: str, gpus: int, eta: int | None, context: int, batch_promp
         # Table 7's batch, and a micro-batch token budget of one 8k sequence (the Table 3 budget of
         # 32k tokens does not fit two 1.5B trainer GPUs)
         w = replace(w, batch_prompts=batch_prompts, micro_batch_tokens=context)
-    run = predict.simulate(cfg, layout, w, fidelity=fid)
-    return None if run is None else run.tokens_per_s
+    return predict.simulate(cfg, layout, w, fidelity=fid).tokens_per_s
 
 
 def _hours(model: str, system: str, fid: predict.Fidelity) -> float | None:
     nodes, steps = paper.TABLE1_NODES[model], paper.TABLE1_STEPS[model]
-    if system != "sync AReaL":
-        return predict.hours(model, nodes, steps, "areal" if system == "AReaL" else "sync", fidelity=fid)
-    cfg = predict.experiment(model)
-    layout = split_layout(cfg, nodes * 8)
-    run = predict.simulate(cfg, layout, predict.workload_for(cfg, layout).with_eta(0), fidelity=fid)
-    return None if run is None else run.hours(steps)
+    if system == "sync AReaL":  # the asynchronous system's GPUs with eta = 0
+        cfg = predict.experiment(model)
+        layout = split_layout(cfg, nodes * 8)
+        pred = predict.simulate(cfg, layout, predict.workload_for(cfg, layout).with_eta(0), fidelity=fid)
+    else:
+        pred = predict.hours(model, nodes, "areal" if system == "AReaL" else "sync", fidelity=fid)
+    return None if pred.run is None else pred.run.hours(steps)
 
 
 def _call(job: tuple) -> float | None:

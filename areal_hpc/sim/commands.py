@@ -59,37 +59,40 @@ def _fidelity(args: argparse.Namespace) -> predict.Fidelity:
     return predict.QUICK if args.quick else predict.DEFAULT
 
 
-def _rate(value: float | None) -> str:
-    return "out of memory" if value is None else f"{value / 1e3:.1f}k tokens/s"
-
-
 def _scaling(args: argparse.Namespace) -> int:
-    rows = predict.scaling(args.model, args.context, _ints(args.gpus, "--gpus"), args.system,
-                           preset(args.hardware), fidelity=_fidelity(args))
+    gpus = _ints(args.gpus, "--gpus")
+    preds = predict.scaling(args.model, args.context, gpus, args.system, preset(args.hardware),
+                            fidelity=_fidelity(args))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps([{"gpus": n, "tokens_per_s": p.tokens_per_s} for n, p in zip(gpus, preds, strict=True)]))
     else:
-        for row in rows:
-            print(f"{row['gpus']:5d} GPUs  {_rate(row['tokens_per_s'])}")
+        for p in preds:
+            print(f"{p.layout.describe()}\n    {p.summary()}")
     return 0
 
 
 def _hours(args: argparse.Namespace) -> int:
-    value = predict.hours(args.model, args.nodes, args.steps, args.system, preset(args.hardware),
-                          fidelity=_fidelity(args))
+    if args.steps < 1:
+        raise UserError(f"--steps must be positive, got {args.steps}")
+    pred = predict.hours(args.model, args.nodes, args.system, preset(args.hardware), fidelity=_fidelity(args))
+    value = None if pred.run is None else pred.run.hours(args.steps)
     if args.json:
         print(json.dumps({"hours": value}))
     else:
-        print("out of memory" if value is None else f"{value:.1f} hours")
+        print(f"{pred.layout.describe()}\n    {pred.summary()}")
+        if value is not None:
+            print(f"    {args.steps} steps: {value:.1f} hours")
     return 0
 
 
 def _staleness(args: argparse.Namespace) -> int:
-    rows = predict.staleness(args.model, args.gpus, list(_ints(args.etas, "--etas")), args.context,
-                             preset(args.hardware), fidelity=_fidelity(args))
+    etas = _ints(args.etas, "--etas")
+    preds = predict.staleness(args.model, args.gpus, list(etas), args.context, preset(args.hardware),
+                              fidelity=_fidelity(args))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps([{"eta": eta, "tokens_per_s": p.tokens_per_s} for eta, p in zip(etas, preds, strict=True)]))
     else:
-        for row in rows:
-            print(f"eta {row['eta']:3d}  {_rate(row['tokens_per_s'])}")
+        print(preds[0].layout.describe())
+        for eta, p in zip(etas, preds, strict=True):
+            print(f"    eta {eta:3d}  {p.summary()}")
     return 0

@@ -20,8 +20,9 @@ def calibration_errors(eff: Efficiency, fidelity: Fidelity = DEFAULT) -> list[tu
     out = []
     for system, points in FIG4_1P5B[CALIBRATION_CONTEXT].items():
         gpus = sorted(points)
-        for row in scaling("1.5b", CALIBRATION_CONTEXT, gpus, system, eff=eff, fidelity=fidelity):
-            out.append((system, row["gpus"], row["tokens_per_s"], points[row["gpus"]]))
+        for n, pred in zip(gpus, scaling("1.5b", CALIBRATION_CONTEXT, gpus, system, eff=eff, fidelity=fidelity),
+                           strict=True):
+            out.append((system, n, pred.tokens_per_s, points[n]))
     return out
 
 

@@ -67,54 +67,73 @@ def workload_for(cfg: ExperimentConfig, layout: Layout, context: int | None = No
     return replace(w, max_concurrent=max(1, round(per_engine * layout.engines)))
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """One simulated layout: its run, or why it does not fit in memory."""
+
+    layout: Layout
+    run: Run | None
+    # Out-of-memory reasons; empty when it ran.
+    problems: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.run is None else self.run.tokens_per_s
+
+    def summary(self) -> str:
+        """One line for a table: throughput, step rate and idle GPU time, or the memory problem."""
+        if self.run is None:
+            return "out of memory: " + "; ".join(self.problems)
+        r = self.run
+        idle = f"GPU idle {r.gpu_idle:.0%}" + ("" if r.colocated else f" (generators {r.gen_idle:.0%}, "
+                                                                      f"trainers {r.train_idle:.0%})")
+        return f"{r.tokens_per_s / 1e3:7.1f}k tokens/s  {r.steps_per_hour:5.2f} steps/h  {idle}"
+
+
 def simulate(cfg: ExperimentConfig, layout: Layout, w: Workload, hw: Hardware = H800,
-             eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> Run | None:
-    """One run; None when the layout is out of memory. Colocated layouts run the synchronous
-    schedule, split ones the asynchronous system (with eta = 0: synchronous on split GPUs)."""
+             eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> Prediction:
+    """One run, unless out of memory. Colocated layouts run the synchronous schedule, split ones
+    the asynchronous system (with eta = 0: synchronous on split GPUs)."""
     cost = CostModel(ModelShape.from_config(cfg.model), hw, eff)
     plan = memory_plan(layout, cost, w)
     if not plan.fits:
-        return None
+        return Prediction(layout, None, plan.problems)
     fleet = make_fleet(layout, cost, plan, w)
     lengths = LengthStream(w.lengths, w.group_size, np.random.default_rng(fidelity.seed))
     if layout.colocated:
-        return run_sync(layout, cost, w, fleet, fidelity.sync_steps, 0, lengths)
-    return run_async(layout, cost, w, fleet, fidelity.steps, fidelity.warmup, lengths)
+        return Prediction(layout, run_sync(layout, cost, w, fleet, fidelity.sync_steps, 0, lengths))
+    return Prediction(layout, run_async(layout, cost, w, fleet, fidelity.steps, fidelity.warmup, lengths))
 
 
 def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware = H800,
-            eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[dict]:
-    """Effective throughput at each GPU count; tokens_per_s None when out of memory."""
+            eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[Prediction]:
+    """One prediction per GPU count."""
     cfg = experiment(model)
     out = []
     for n in gpus:
         layout = layout_for(cfg, n, system)
-        run = simulate(cfg, layout, workload_for(cfg, layout, context), hw, eff, fidelity)
-        out.append({"gpus": n, "tokens_per_s": None if run is None else run.tokens_per_s})
+        out.append(simulate(cfg, layout, workload_for(cfg, layout, context), hw, eff, fidelity))
     return out
 
 
-def hours(model: str, nodes: int, steps: int, system: str, hw: Hardware = H800,
-          eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> float | None:
-    """Wall-clock hours of `steps` steps of the paper's Table 3 batch and generation length."""
-    if nodes < 1 or steps < 1:
-        raise UserError(f"--nodes and --steps must be positive, got {nodes} and {steps}")
+def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficiency = FITTED,
+          fidelity: Fidelity = DEFAULT) -> Prediction:
+    """The paper's Table 3 batch and generation length on `nodes` nodes; Run.hours(steps) gives
+    the wall-clock time of a training run."""
+    if nodes < 1:
+        raise UserError(f"--nodes must be positive, got {nodes}")
     cfg = experiment(model)
     layout = layout_for(cfg, nodes * hw.gpus_per_node, system)
-    run = simulate(cfg, layout, workload_for(cfg, layout), hw, eff, fidelity)
-    return None if run is None else run.hours(steps)
+    return simulate(cfg, layout, workload_for(cfg, layout), hw, eff, fidelity)
 
 
 def staleness(model: str, gpus: int, etas: list[int | None], context: int | None = None,
-              hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[dict]:
-    """Asynchronous throughput at each staleness bound (None: unbounded)."""
-    cfg = experiment(model)
-    layout = layout_for(cfg, gpus, "areal")
-    w = workload_for(cfg, layout, context)
-    out = []
+              hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[Prediction]:
+    """One asynchronous prediction per staleness bound (None: unbounded)."""
     for eta in etas:
         if eta is not None and eta < 0:
             raise UserError(f"eta must be >= 0, got {eta}")
-        run = simulate(cfg, layout, w.with_eta(eta), hw, eff, fidelity)
-        out.append({"eta": eta, "tokens_per_s": None if run is None else run.tokens_per_s})
-    return out
+    cfg = experiment(model)
+    layout = layout_for(cfg, gpus, "areal")
+    w = workload_for(cfg, layout, context)
+    return [simulate(cfg, layout, w.with_eta(eta), hw, eff, fidelity) for eta in etas]

@@ -47,6 +47,15 @@ def test_staleness_json(capsys):
     assert rows[1]["tokens_per_s"] > rows[0]["tokens_per_s"]
 
 
+def test_tables_without_json(capsys):
+    assert main(["sim", "scaling", "--model", "32b", "--context", "32768", "--gpus", "256", "--system", "sync"]) == 0
+    assert "out of memory: a trainer GPU needs" in capsys.readouterr().out
+    assert main(["sim", "staleness", "--model", "1.5b", "--gpus", "16", "--etas", "1", "--context", "4096",
+                 "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "generator GPUs" in out and "steps/h" in out and "GPU idle" in out
+
+
 @pytest.mark.parametrize("args, message", [
     (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32,x", "--system", "areal"],
      "comma-separated integers"),
@@ -55,6 +64,7 @@ def test_staleness_json(capsys):
     (["scaling", "--model", "1.5b", "--context", "512", "--gpus", "32", "--system", "areal"], "no room"),
     (["scaling", "--model", "32b", "--context", "8192", "--gpus", "16", "--system", "areal"], "trainer replica"),
     (["hours", "--model", "1.5b", "--nodes", "0", "--steps", "10"], "must be positive"),
+    (["hours", "--model", "1.5b", "--nodes", "2", "--steps", "0"], "must be positive"),
     (["staleness", "--model", "1.5b", "--gpus", "32", "--etas", "-1"], "eta must be >= 0"),
     (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32", "--hardware", "a100"], "unknown hardware"),
 ])

@@ -32,7 +32,8 @@ def test_32b_on_one_gpu_cannot_hold_its_kv_cache():
     plan = memory_plan(one_gpu, c, w)
     assert not plan.fits
     assert "KV-cache tokens" in plan.problems[0]
-    assert simulate(experiment("32b"), one_gpu, w) is None
+    pred = simulate(experiment("32b"), one_gpu, w)
+    assert pred.run is None and pred.tokens_per_s is None and pred.problems == plan.problems
     # the config's 4-GPU engines hold it; so does one H200 (141 GB) with its 8 KV heads
     four = Layout(False, gpus=64, engines=12, gen_tp=4, train_tp=8, train_pp=2, train_dp=1)
     assert memory_plan(four, c, w).fits
@@ -51,6 +52,7 @@ def test_training_memory_grows_with_micro_batch_and_shrinks_with_parallelism():
 
 def test_sync_32b_runs_out_of_memory_at_32k_but_not_16k():
     """The paper: the synchronous system cannot train the 32B model at a 32k context."""
-    assert scaling("32b", 32768, [256], "sync")[0]["tokens_per_s"] is None
+    pred = scaling("32b", 32768, [256], "sync")[0]
+    assert pred.run is None and "trainer GPU needs" in pred.problems[0]
     plan16 = memory_plan(Layout(True, 256, 64, 4, 1, 1, 256), cost("32b"), workload_from(experiment("32b"), 16384))
     assert plan16.fits

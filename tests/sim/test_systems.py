@@ -8,6 +8,7 @@ from itertools import pairwise
 import pytest
 
 from areal_hpc.sim.async_system import run_async
+from areal_hpc.sim.cost_model import Efficiency
 from areal_hpc.sim.layout import Layout
 from areal_hpc.sim.sync_system import run_sync
 from tests.sim.conftest import SMALL, FixedLengths, cost_1p5b, fleet_for, split, stream
@@ -38,8 +39,8 @@ def test_staleness_never_exceeds_eta_and_more_staleness_is_faster():
 
 
 def test_more_generators_never_lower_throughput_until_the_trainer_saturates():
-    base = cost_1p5b()
-    cost = replace(base, eff=replace(base.eff, mfu=0.02))  # a slow trainer, to reach its ceiling
+    # fixed efficiencies (not the calibrated ones) with a slow trainer, to reach its ceiling
+    cost = replace(cost_1p5b(), eff=Efficiency(decode=0.1, step_overhead_s=0.025, mfu=0.05))
     w = replace(SMALL, eta=None, max_concurrent=1024, minibatches=4)
     runs = []
     for engines in (1, 2, 4, 8, 16, 32):
@@ -47,7 +48,7 @@ def test_more_generators_never_lower_throughput_until_the_trainer_saturates():
         runs.append(run_async(layout, cost, w, fleet_for(layout, cost, w), 10, 4, stream(w)))
     for fewer, more in pairwise(runs):
         assert more.tokens_per_s >= 0.98 * min(fewer.tokens_per_s, more.trainer_bound_tokens_per_s)
-    assert runs[0].train_idle > 0.3 and runs[0].tokens_per_s < 0.7 * runs[0].trainer_bound_tokens_per_s
+    assert runs[0].train_idle > 0.4 and runs[0].tokens_per_s < 0.5 * runs[0].trainer_bound_tokens_per_s
     # saturated: the trainer never waits and the rate is its ceiling
     assert runs[-1].train_idle < 0.01
     assert runs[-1].tokens_per_s == pytest.approx(runs[-1].trainer_bound_tokens_per_s, rel=0.01)
