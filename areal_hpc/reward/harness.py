@@ -164,7 +164,6 @@ def _run_case(code, req: dict, index: int, wakeup: int) -> dict:
     stdin = b"" if fn_name is not None else case.encode("utf-8", "surrogateescape")
     fds = (_memfile("stdin", stdin), _memfile("stdout"), _memfile("stderr"), _memfile("return"))
     sys.stdout.flush()
-    start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         _run_child(code, fn_name, case, fds, req)
@@ -176,7 +175,6 @@ def _run_case(code, req: dict, index: int, wakeup: int) -> dict:
     # Once the case's process is reaped, any child left (reparented here) outlived the case.
     strays = not timed_out and _reap()
     _kill_all(pid, wakeup)
-    seconds = time.monotonic() - start
     limit = req["max_output_bytes"]
     out = os.pread(fds[3] if fn_name is not None else fds[1], limit + 1, 0)
     err_size = os.fstat(fds[2]).st_size
@@ -192,7 +190,6 @@ def _run_case(code, req: dict, index: int, wakeup: int) -> dict:
         "truncated": len(out) > limit,
         "output": out[:limit].decode("utf-8", "replace"),
         "stderr": err.decode("utf-8", "replace"),
-        "seconds": round(seconds, 4),
     }
 
 

@@ -95,7 +95,6 @@ class CaseRun:
     output: str
     # The last bytes of standard error.
     stderr: str
-    seconds: float
 
 
 @dataclass
@@ -103,8 +102,6 @@ class RunResult:
     cases: list[CaseRun]
     # Why the run ended before every case ran (compile error, time limit, harness killed), if it did.
     error: str | None = None
-    # The caller's keep_going stopped the run early.
-    stopped: bool = False
 
 
 def _die_with_parent() -> None:
@@ -307,7 +304,7 @@ class Sandbox:
                 result.error = str(obj["error"])
                 return True
             case = CaseRun(int(obj["i"]), obj["exit"], obj["signal"], bool(obj["timed_out"]), bool(obj["strays"]),
-                           bool(obj["truncated"]), str(obj["output"]), str(obj["stderr"]), float(obj["seconds"]))
+                           bool(obj["truncated"]), str(obj["output"]), str(obj["stderr"]))
         except (ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
             result.error = "the harness wrote a malformed result line"
             return True
@@ -315,10 +312,7 @@ class Sandbox:
             result.error = "the harness reported cases out of order"
             return True
         result.cases.append(case)
-        if keep_going is not None and not keep_going(case):
-            result.stopped = True
-            return True
-        return False
+        return keep_going is not None and not keep_going(case)
 
     @staticmethod
     def _kill(proc: subprocess.Popen, before: set[int]) -> None:

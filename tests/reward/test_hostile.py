@@ -38,9 +38,10 @@ def _one_case(expected: str) -> TestSuite:
 
 @pytest.fixture(scope="module")
 def served(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
-    """One pool per backend for the module, driven from a persistent event loop."""
+    """One pool per backend for the module, driven from a persistent event loop. The total time
+    limit is generous: on the loaded 2-core machine a namespace set-up can stall for seconds."""
     runner = asyncio.Runner()
-    pool = runner.run(RewardPool(reward_config(backend, total_timeout_s=5.0)).start())
+    pool = runner.run(RewardPool(reward_config(backend, total_timeout_s=10.0)).start())
     try:
         yield runner, pool
     finally:
