@@ -4,9 +4,9 @@ Backends, strongest first (`reward.code.backend: auto` takes the first that work
 
 - `bwrap` (Bubblewrap, Debian package `bubblewrap`): new user, PID, network, IPC, UTS and mount
   namespaces; the root file system is an empty read-only tmpfs holding read-only binds of /usr
-  (and the interpreter's prefix), a minimal /dev and the namespace's /proc; the fresh working
-  directory is the only writable place; no capabilities; no network but a private loopback; the
-  whole namespace dies with the run.
+  (and the interpreter's prefix), a minimal read-only /dev and the namespace's /proc; the only
+  writable place is the working directory, a fresh tmpfs of at most `memory_mb`; no
+  capabilities; no network but a private loopback; the whole namespace dies with the run.
 - `unshare` (util-linux): new user, PID, network, IPC, UTS and mount (for /proc) namespaces, so
   no network and every process dies with the run, but the host file system is visible (writes
   and reads limited only by file permissions).
@@ -15,7 +15,8 @@ Backends, strongest first (`reward.code.backend: auto` takes the first that work
   limited only by file permissions.
 
 All backends: the run starts in a fresh temporary directory (also HOME and TMPDIR) that is deleted
-afterwards; a service running as root runs programs as `nobody` (uid 65534), so root's files are
+afterwards (with `unshare` and `rlimits`, a host directory bounded only per file, by the output
+limit); a service running as root runs programs as `nobody` (uid 65534), so root's files are
 out of reach; resource limits on every test process (address space, CPU seconds, file size =
 output limit, process count, no core files); a per-test wall-clock limit enforced by the harness
 and a total one enforced here; the environment is replaced; programs get the interpreter's
@@ -183,7 +184,7 @@ class Sandbox:
             return f"probe program failed (exit {case.exit}, signal {case.signal}): {case.stderr.strip()[-300:]}"
         return None
 
-    def _command(self, workdir: str) -> list[str]:
+    def _command(self) -> list[str]:
         interpreter = [self.python, "-I", "-S", "-X", "utf8", "-c", _HARNESS_SOURCE]
         if self.backend == "rlimits":
             return interpreter
@@ -192,12 +193,11 @@ class Sandbox:
                     "--uts", *interpreter]
         return [self.tool, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 *_bind_system(self.python), "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
-                "--bind", workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, "--remount-ro", "/",
-                "--", *interpreter]
+                "--size", str(self.limits.memory_mb * 2**20), "--tmpfs", BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR,
+                "--remount-ro", "/", "--", *interpreter]
 
     def _environment(self, workdir: str) -> dict[str, str]:
-        home = BWRAP_WORKDIR if self.backend == "bwrap" else workdir
-        return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
+        return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
 
     def _nproc(self) -> int:
         """RLIMIT_NPROC for the run: exact in a user namespace, else relative to the user's count."""
@@ -220,17 +220,20 @@ class Sandbox:
             "max_output_bytes": lim.max_output_bytes,
             "nproc": self._nproc(),
         })
-        workdir = tempfile.mkdtemp(prefix="areal-sandbox-")
+        # bwrap mounts a fresh tmpfs inside; the other backends get a fresh host directory.
+        host_dir = None if self.backend == "bwrap" else tempfile.mkdtemp(prefix="areal-sandbox-")
+        workdir = host_dir or BWRAP_WORKDIR
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             ids = {}
             if self.as_nobody:
-                os.chown(workdir, SANDBOX_UID, SANDBOX_GID)
+                if host_dir:
+                    os.chown(host_dir, SANDBOX_UID, SANDBOX_GID)
                 ids = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
             try:
                 proc = subprocess.Popen(
-                    self._command(workdir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, cwd=workdir, env=self._environment(workdir),
+                    self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, cwd=host_dir or "/", env=self._environment(workdir),
                     start_new_session=True, preexec_fn=_die_with_parent, **ids,
                 )
             except OSError as e:
@@ -240,7 +243,8 @@ class Sandbox:
             finally:
                 self._kill(proc, before)
         finally:
-            _remove_tree(workdir)
+            if host_dir:
+                _remove_tree(host_dir)
 
     def _communicate(self, proc: subprocess.Popen, request: bytes, total: int,
                      keep_going: Callable[[CaseRun], bool] | None) -> RunResult:

@@ -1,25 +1,14 @@
-"""Fixtures of the reward tests: sandbox backends that work here, short limits, process checks."""
+"""Fixtures of the reward tests: the sandbox backends that work on this machine."""
 
 from __future__ import annotations
 
 import functools
-import os
 
-import psutil
 import pytest
+from sandbox_support import LIMITS
 
-from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
+from areal_hpc.config.schema import CodeSandboxConfig
 from areal_hpc.reward.sandbox import BACKENDS, Sandbox, SandboxUnavailable
-
-# Short limits keep the time-out tests quick, yet leave room for a loaded 2-core machine.
-LIMITS = dict(per_test_timeout_s=2.0, total_timeout_s=8.0, memory_mb=256, max_processes=16,
-              max_output_bytes=64 * 1024)
-# Every process started by the harness carries its source, hence this line, on its command line.
-HARNESS_MARK = "The test driver that runs inside the sandbox"
-
-
-def reward_config(backend: str, **code: object) -> RewardConfig:
-    return RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(**{**LIMITS, **code, "backend": backend}))
 
 
 @functools.cache
@@ -43,13 +32,3 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def sandbox(backend: str) -> Sandbox:
     return Sandbox.detect(CodeSandboxConfig(**LIMITS, backend=backend))
-
-
-def sandbox_processes(marker: str = HARNESS_MARK) -> list[psutil.Process]:
-    """Processes anywhere on the machine whose command line carries `marker`."""
-    found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        cmdline = p.info["cmdline"] or []
-        if p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in cmdline):
-            found.append(p)
-    return found

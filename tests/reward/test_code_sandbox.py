@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from sandbox_support import reward_config, sandbox_processes
 
 from areal_hpc.reward.code_check import check_code
 from areal_hpc.reward.code_tests import parse_tests
 from areal_hpc.reward.sandbox import Sandbox
 from areal_hpc.reward.task import CodeTask, Verdict
-from tests.reward.conftest import reward_config, sandbox_processes
 
 ADD = parse_tests({"inputs": ["1 2\n", "3 4\n", "-5 5\n"], "outputs": ["3\n", "7\n", "0\n"]})
 ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sandbox_support import reward_config, sandbox_processes
 
 from areal_hpc.reward.code_tests import TestSuite, parse_tests
 from areal_hpc.reward.pool import RewardPool
 from areal_hpc.reward.task import CodeTask, Verdict
-from tests.reward.conftest import reward_config, sandbox_processes
 
 ADD = parse_tests({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
 ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -143,6 +143,20 @@ def test_writing_outside_the_working_directory(served) -> None:
     finally:
         shutil.rmtree(target)
         stray.unlink(missing_ok=True)
+
+
+def test_filling_the_disk(served) -> None:
+    if served[1].config.code.backend != "bwrap":
+        pytest.skip("only bwrap bounds the working directory (a tmpfs); the fallbacks bound each file")
+    program = (
+        "chunk = b'x' * (60 << 10)  # under the output limit, which also caps each file\n"
+        "for i in range(40_000):  # 2.3 GiB in all\n"
+        "    with open(f'fill{i}', 'wb') as f:\n"
+        "        f.write(chunk)\n"
+        "print('filled')\n"
+    )
+    verdict = contained(served, program, _one_case("filled"))
+    assert "No space left on device" in verdict.reason
 
 
 def test_reading_a_secret_outside_the_working_directory(served) -> None:

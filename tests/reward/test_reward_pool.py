@@ -11,13 +11,13 @@ from contextlib import suppress
 
 import psutil
 import pytest
+from sandbox_support import LIMITS, sandbox_processes
 
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.reward.code_tests import parse_tests
 from areal_hpc.reward.pool import RewardPool
 from areal_hpc.reward.sandbox import SandboxUnavailable
 from areal_hpc.reward.task import CodeTask, MathTask, Verdict
-from tests.reward.conftest import LIMITS, sandbox_processes
 
 ADD = parse_tests({"inputs": ["1 2\n"], "outputs": ["3\n"]})
 SLOW_ADD = "import time\ntime.sleep({s})\na, b = map(int, input().split())\nprint(a + b)\n"
