@@ -32,6 +32,9 @@ def read_checkpoint(model_dir: str | Path) -> list[tuple[str, torch.Tensor]]:
 
 def _main(host: str, port: int, world_size: int, backend: str, bucket_bytes: int, gpu: int, commands,
           results) -> None:
+    # One thread: this process only moves and checksums tensors, and more threads than free cores
+    # make those small reductions many times slower on a shared machine.
+    torch.set_num_threads(1)
     if backend == "nccl":
         torch.cuda.set_device(gpu)
     sender = WeightSender(host, port, world_size, backend)

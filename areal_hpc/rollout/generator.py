@@ -281,6 +281,8 @@ class Generator:
                         f"weight update to version {version} refused; still serving version {self._version}: "
                         + "; ".join(refused)
                     )
+                if any(r["checksums"] != reports[0]["checksums"] for r in reports):
+                    raise RuntimeError("the engine's workers received different tensors")
                 await self._engine.update_weight_version(str(version))
                 self._version = version
             except WeightMismatch:

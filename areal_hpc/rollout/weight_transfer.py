@@ -3,12 +3,12 @@
 One weight group per pipeline stage: rank 0 is the stage's leading trainer rank (the sender), the
 other ranks are the vLLM workers of every generator. One update over one group:
 
-1. the sender broadcasts a header: the policy version and every tensor's name, dtype, shape and
-   place in a bucket;
+1. the sender broadcasts a header: the policy version and every tensor's name, dtype and shape,
+   grouped in buckets;
 2. every member adds up its refusal (a receiver refuses a header that does not match the model it
    serves), so a single refusal cancels the update everywhere before any weight changes;
-3. the sender broadcasts each bucket as one flat byte buffer, packing the next bucket while the
-   previous one is on the wire.
+3. the sender broadcasts every tensor as it is (no packing copy); a receiver posts the receives of
+   the next bucket before it loads the current one, so loading overlaps the wire.
 
 This module is torch-only so a trainer rank can send without importing vLLM; the receiving vLLM
 engine is areal_hpc/rollout/weight_receiver.py. The transport is a gloo group on CPU and vLLM's
@@ -26,11 +26,8 @@ import torch
 
 from areal_hpc.errors import UserError
 
-# Byte alignment of every tensor inside a bucket, so a received slice can be viewed as any dtype.
-_ALIGN = 64
-# Elements per step of the checksum, bounding its temporary int64 memory (128 MiB).
-_CHECKSUM_CHUNK = 1 << 24
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Row length of the checksum's word matrix (any constant gives the same digest).
+_WORDS_PER_ROW = 4096
 _MASK64 = (1 << 64) - 1
 BACKENDS = ("gloo", "nccl")
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
@@ -54,48 +51,31 @@ class TensorSpec:
     dtype: str
     shape: tuple[int, ...]
 
-    @property
-    def nbytes(self) -> int:
-        n = torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
-        for d in self.shape:
-            n *= d
-        return n
-
 
 @dataclass
 class Header:
-    """What the sender announces before any tensor: version and bucket layout."""
+    """What the sender announces before any tensor: the version and the tensors, bucket by bucket."""
 
     version: int
-    # buckets[i] = [(spec, byte offset in bucket i), ...]
-    buckets: list[list[tuple[TensorSpec, int]]]
-    bucket_bytes: list[int]
+    buckets: list[list[TensorSpec]]
 
     @property
     def specs(self) -> Iterator[TensorSpec]:
-        return (spec for bucket in self.buckets for spec, _ in bucket)
+        return (spec for bucket in self.buckets for spec in bucket)
 
     def encode(self) -> bytes:
-        buckets = [[[s.name, s.dtype, list(s.shape), off] for s, off in b] for b in self.buckets]
-        return json.dumps({"version": self.version, "buckets": buckets, "bytes": self.bucket_bytes}).encode()
+        buckets = [[[s.name, s.dtype, list(s.shape)] for s in b] for b in self.buckets]
+        return json.dumps({"version": self.version, "buckets": buckets}).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Header:
         raw = json.loads(data)
-        buckets = [[(TensorSpec(n, d, tuple(s)), off) for n, d, s, off in b] for b in raw["buckets"]]
-        return cls(raw["version"], buckets, raw["bytes"])
+        return cls(raw["version"], [[TensorSpec(n, d, tuple(s)) for n, d, s in b] for b in raw["buckets"]])
 
     @classmethod
-    def layout(cls, version: int, buckets: list[list[tuple[str, torch.Tensor]]]) -> Header:
-        placed, sizes = [], []
-        for bucket in buckets:
-            entries, offset = [], 0
-            for name, t in bucket:
-                entries.append((TensorSpec(name, str(t.dtype).removeprefix("torch."), tuple(t.shape)), offset))
-                offset += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
-            placed.append(entries)
-            sizes.append(offset)
-        return cls(version, placed, sizes)
+    def of(cls, version: int, buckets: list[list[tuple[str, torch.Tensor]]]) -> Header:
+        specs = [[TensorSpec(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in b] for b in buckets]
+        return cls(version, specs)
 
 
 def mismatches(headers: list[Header], shapes: dict[str, tuple[int, ...]], version: int) -> list[str]:
@@ -128,20 +108,42 @@ def mismatches(headers: list[Header], shapes: dict[str, tuple[int, ...]], versio
 
 
 def checksum(t: torch.Tensor) -> str:
-    """Order-independent, device-independent digest of a tensor's bits (two sums mod 2^64).
+    """Digest of a tensor's bytes: the sum and the position-weighted sum of its 64-bit words, mod 2^64.
 
-    Integer sums are exact on any device and in any reduction order, so the trainer's export and
-    a generator's received copy agree bit for bit; the position-weighted sum catches permutations.
+    Integer sums are exact on any device and in any reduction order, so a trainer's export and a
+    generator's received copy agree bit for bit; the position weights catch moved words. The words
+    are summed as a (rows, _WORDS_PER_ROW) matrix, by rows and by columns: sum_i w_i * (i + 1) =
+    C * sum_r r * rowsum_r + sum_c (c + 1) * colsum_c, which needs no temporary of the tensor's size.
     """
-    flat = t.detach().contiguous().view(-1)
-    bits = flat.view(_INT_OF_SIZE[flat.element_size()])
-    total = weighted = 0
-    for start in range(0, bits.numel(), _CHECKSUM_CHUNK):
-        part = bits[start : start + _CHECKSUM_CHUNK].to(torch.int64)
-        pos = torch.arange(start + 1, start + 1 + part.numel(), dtype=torch.int64, device=part.device)
-        total += int(part.sum())
-        weighted += int((part * pos).sum())
+    data = t.detach().contiguous().view(-1).view(torch.uint8)
+    if data.storage_offset() % 8:
+        data = data.clone()
+    n = data.numel() // 8
+    words = data[: 8 * n].view(torch.int64)
+    rows = n // _WORDS_PER_ROW
+    body = words[: rows * _WORDS_PER_ROW].view(rows, _WORDS_PER_ROW)
+    rest = torch.cat([words[rows * _WORDS_PER_ROW :], _last_word(data[8 * n :])])
+    rowsum, colsum = body.sum(dim=1), body.sum(dim=0)
+
+    def positions(start: int, count: int) -> torch.Tensor:
+        return torch.arange(start, start + count, dtype=torch.int64, device=data.device)
+
+    total = int(rowsum.sum()) + int(rest.sum())
+    weighted = (
+        _WORDS_PER_ROW * int((positions(0, rows) * rowsum).sum())
+        + int((positions(1, _WORDS_PER_ROW) * colsum).sum())
+        + int((positions(rows * _WORDS_PER_ROW + 1, rest.numel()) * rest).sum())
+    )
     return f"{total & _MASK64:016x}{weighted & _MASK64:016x}"
+
+
+def _last_word(tail: torch.Tensor) -> torch.Tensor:
+    """The 0-7 bytes after the last whole word, zero-padded into one word (or none)."""
+    if tail.numel() == 0:
+        return torch.zeros(0, dtype=torch.int64, device=tail.device)
+    padded = torch.zeros(8, dtype=torch.uint8, device=tail.device)
+    padded[: tail.numel()] = tail
+    return padded.view(torch.int64)
 
 
 class Link:
@@ -198,22 +200,23 @@ class Link:
     def recv_buckets(self, header: Header) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """Yields each bucket's tensors while the next bucket is already being received.
 
-        Every bucket gets a fresh buffer: vLLM's layerwise reload keeps references to loaded
-        tensors until their layer is complete, so a reused buffer would be overwritten under it.
+        Every tensor is freshly allocated: vLLM's layerwise reload keeps references to loaded
+        tensors until their layer is complete, so reused buffers would be overwritten under it.
         """
         if not header.buckets:
             return
-        current = self._start_recv(header.bucket_bytes[0])
+        current = self._start_recv(header.buckets[0])
         for i, bucket in enumerate(header.buckets):
-            buf, wait = current
-            wait()
+            tensors, waits = current
+            for wait in waits:
+                wait()
             if i + 1 < len(header.buckets):
-                current = self._start_recv(header.bucket_bytes[i + 1])
-            yield [(spec.name, _view(buf, spec, offset)) for spec, offset in bucket]
+                current = self._start_recv(header.buckets[i + 1])
+            yield [(spec.name, t) for spec, t in zip(bucket, tensors, strict=True)]
 
-    def _start_recv(self, nbytes: int) -> tuple[torch.Tensor, Callable[[], None]]:
-        buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        return buf, self.broadcast(buf)
+    def _start_recv(self, bucket: list[TensorSpec]) -> tuple[list[torch.Tensor], list[Callable[[], None]]]:
+        tensors = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=self.device) for s in bucket]
+        return tensors, [self.broadcast(t) for t in tensors]
 
     def close(self) -> None:
         if self.backend == "gloo":
@@ -222,18 +225,6 @@ class Link:
             stateless_destroy_torch_distributed_process_group(self._pg)
         else:
             self._comm.destroy()
-
-
-def _view(buf: torch.Tensor, spec: TensorSpec, offset: int) -> torch.Tensor:
-    return buf[offset : offset + spec.nbytes].view(getattr(torch, spec.dtype)).view(spec.shape)
-
-
-def _pack(bucket: list[tuple[str, torch.Tensor]], entries: list[tuple[TensorSpec, int]], nbytes: int,
-          device: torch.device) -> torch.Tensor:
-    buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    for (_, t), (spec, offset) in zip(bucket, entries, strict=True):
-        buf[offset : offset + spec.nbytes].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
-    return buf
 
 
 class WeightSender:
@@ -253,12 +244,13 @@ class WeightSender:
     def send(self, version: int, buckets: Iterable[list[tuple[str, torch.Tensor]]]) -> dict[str, str]:
         """Push one update; returns the checksum of every tensor sent (see `checksum`).
 
-        `buckets` holds (Hugging Face name, tensor) lists, each sent as one broadcast. Every
+        `buckets` holds (Hugging Face name, tensor) lists; the receivers load bucket by bucket. Every
         generator must call `update_weights(version)` at the same time. Raises WeightMismatch when
         a receiver refused the header (its own error says why); no receiver changed its weights.
         """
-        buckets = [list(b) for b in buckets]
-        header = Header.layout(version, buckets)
+        device = self._link.device
+        buckets = [[(n, t.detach().to(device).contiguous()) for n, t in b] for b in buckets]
+        header = Header.of(version, buckets)
         self._link.send_header(header)
         refusals = self._link.sum(0)
         if refusals:
@@ -268,15 +260,11 @@ class WeightSender:
             )
         start = time.perf_counter()
         sums: dict[str, str] = {}
-        pending: Callable[[], None] | None = None
-        for bucket, entries, nbytes in zip(buckets, header.buckets, header.bucket_bytes, strict=True):
-            buf = _pack(bucket, entries, nbytes, self._link.device)
-            if pending is not None:
-                pending()
-            pending = self._link.broadcast(buf)
-            sums.update((name, checksum(t)) for name, t in bucket)
-        if pending is not None:
-            pending()
+        for bucket in buckets:
+            waits = [self._link.broadcast(t) for _, t in bucket]
+            sums.update((name, checksum(t)) for name, t in bucket)  # while the bucket is on the wire
+            for wait in waits:
+                wait()
         self.transfer_s = time.perf_counter() - start
         return sums
 

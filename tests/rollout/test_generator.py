@@ -217,10 +217,10 @@ def test_64_concurrent_requests_with_random_updates_finish_exactly_once(rig):
         first = rig.abort.version
         for g in rig.gens:
             for i, p in enumerate(prompts):
-                g.submit(request(i, p, rng.randrange(8, 160), group=2, temperature=1.0, seed=i))
+                g.submit(request(i, p, rng.randrange(32, 320), group=2, temperature=1.0, seed=i))
         runs = asyncio.gather(*(collect(g) for g in rig.gens))
         for k in range(4):
-            await asyncio.sleep(rng.uniform(0.05, 1.0))
+            await asyncio.sleep(rng.uniform(0.05, 0.8))
             updates, _ = await rig.update(rig.model_b if k % 2 == 0 else rig.model_a)
             assert [u.version for u in updates] == [first + k + 1] * 2
         return first, await runs
@@ -231,4 +231,4 @@ def test_64_concurrent_requests_with_random_updates_finish_exactly_once(rig):
         for t in run.values():
             assert_well_formed(t)
             assert first <= t.versions[0] and t.versions[-1] <= first + 4
-        assert len({v for t in run.values() for v in t.versions}) > 1
+        assert any(len(set(t.versions)) > 1 for t in run.values()), "no update landed mid-sample"

@@ -28,22 +28,18 @@ def named(dtype: torch.dtype = torch.float32) -> list[tuple[str, torch.Tensor]]:
     return [(n, torch.randn(s, generator=g).to(dtype)) for n, s in SHAPES.items()]
 
 
-def test_header_round_trip_and_alignment():
+def test_header_round_trip():
     tensors = named(torch.bfloat16) + [("scalar", torch.tensor(2.0))]
-    header = Header.layout(7, [tensors[:2], tensors[2:]])
+    header = Header.of(7, [tensors[:2], tensors[2:]])
     assert Header.decode(header.encode()) == header
     assert header.version == 7
-    for bucket, size in zip(header.buckets, header.bucket_bytes, strict=True):
-        assert all(offset % 64 == 0 for _, offset in bucket)
-        assert size >= max(offset + spec.nbytes for spec, offset in bucket)
-    assert [s.dtype for s in header.specs] == ["bfloat16"] * 3 + ["float32"]
-    assert TensorSpec("x", "bfloat16", (4, 3)).nbytes == 24
+    assert header.buckets[1] == [TensorSpec("b.weight", "bfloat16", (2, 2)), TensorSpec("scalar", "float32", ())]
 
 
 def test_a_matching_update_has_no_mismatches():
-    assert mismatches([Header.layout(3, [named()])], SHAPES, 3) == []
+    assert mismatches([Header.of(3, [named()])], SHAPES, 3) == []
     # split over two pipeline stages, any bucketing
-    stages = [Header.layout(3, [named()[:1]]), Header.layout(3, [named()[1:2], named()[2:]])]
+    stages = [Header.of(3, [named()[:1]]), Header.of(3, [named()[1:2], named()[2:]])]
     assert mismatches(stages, SHAPES, 3) == []
 
 
@@ -59,13 +55,13 @@ def test_a_matching_update_has_no_mismatches():
     ],
 )
 def test_every_mismatch_is_named(tensors, version, expected):
-    problems = mismatches([Header.layout(3, [tensors])], SHAPES, version)
+    problems = mismatches([Header.of(3, [tensors])], SHAPES, version)
     assert any(expected in p for p in problems), problems
 
 
 def test_many_unknown_names_are_counted_not_all_listed():
     extra = [(f"x{i}", torch.zeros(1)) for i in range(9)]
-    (problem,) = mismatches([Header.layout(0, [named() + extra])], SHAPES, 0)
+    (problem,) = mismatches([Header.of(0, [named() + extra])], SHAPES, 0)
     assert problem == "9 tensor(s) not in the model: x0, x1, x2, x3, x4 and 4 more"
 
 
@@ -77,9 +73,18 @@ def test_checksum_sees_bits_and_positions_not_memory_layout(monkeypatch):
     flipped.view(torch.int32)[3, 2] ^= 1  # one bit
     assert checksum(t) != checksum(flipped)
     assert checksum(t.to(torch.bfloat16)) != checksum(t.to(torch.float16))
-    whole = checksum(t)
-    monkeypatch.setattr(weight_transfer, "_CHECKSUM_CHUNK", 16)  # many chunks, same digest
-    assert checksum(t) == whole
+    # the row/column decomposition is the plain position-weighted sum of 64-bit words, for any row
+    # length, with a partial last row and a partial last word
+    odd = torch.randn(1002)[1:]  # 4004 bytes: 500 words and 4 bytes, at an unaligned storage offset
+    raw = odd.numpy().tobytes() + bytes(4)
+    words = [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in range(0, len(raw), 8)]
+    mask = (1 << 64) - 1
+    plain = f"{sum(words) & mask:016x}{sum(w * (i + 1) for i, w in enumerate(words)) & mask:016x}"
+    for row in (7, 64, 4096):
+        monkeypatch.setattr(weight_transfer, "_WORDS_PER_ROW", row)
+        assert checksum(odd) == plain
+    half = torch.randn(7).to(torch.float16)  # 14 bytes: one word and 6 bytes
+    assert checksum(half) != checksum(torch.cat([half[:6], half[6:] + 1]))
 
 
 def test_bucketed_respects_the_budget_and_keeps_order():
