@@ -27,7 +27,7 @@ process-count limit is exact with a user namespace (bwrap, unshare); with `rlimi
 every process of the user, so it is set to the user's current count plus the allowance. If the
 worker itself is killed mid-run, bwrap (--die-with-parent) and unshare (--kill-child, PID
 namespace) take every process of the run with it; with `rlimits` only the harness dies with it,
-and a process that had detached lives on until its CPU-time limit.
+and a process that had detached can outlive it (a busy one only until its CPU-time limit).
 
 One run at a time per process: the sweep at the end kills every new descendant of the caller.
 """
