@@ -66,6 +66,8 @@ SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 # Where the working directory appears inside bwrap.
 BWRAP_WORKDIR = "/sandbox"
+# Host working directories (unshare, rlimits) are <tmp>/<prefix><pid of the owner>-<random>.
+WORKDIR_PREFIX = "areal-sandbox-"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 # Bytes of the harness's own stderr kept to explain a failed run.
@@ -110,6 +112,14 @@ def _die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _remove_orphaned_workdirs() -> None:
+    """Delete working directories left by processes killed mid-run (a worker the pool killed)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        owner = path.name[len(WORKDIR_PREFIX):].split("-")[0]
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            _remove_tree(str(path))
+
+
 def _remove_tree(path: str) -> None:
     """Delete a working directory even if the program made parts of it unwritable."""
 
@@ -146,6 +156,8 @@ class Sandbox:
         self.as_nobody = os.geteuid() == 0
         # The launcher's absolute path: programs start with PATH=/usr/bin:/bin.
         self.tool = shutil.which(backend) if backend != "rlimits" else None
+        if backend != "bwrap":
+            _remove_orphaned_workdirs()
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     def describe(self) -> str:
@@ -221,7 +233,7 @@ class Sandbox:
             "nproc": self._nproc(),
         })
         # bwrap mounts a fresh tmpfs inside; the other backends get a fresh host directory.
-        host_dir = None if self.backend == "bwrap" else tempfile.mkdtemp(prefix="areal-sandbox-")
+        host_dir = None if self.backend == "bwrap" else tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         workdir = host_dir or BWRAP_WORKDIR
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
 
 import pytest
@@ -9,7 +12,7 @@ from sandbox_support import reward_config, sandbox_processes
 
 from areal_hpc.reward.code_check import check_code
 from areal_hpc.reward.code_tests import parse_tests
-from areal_hpc.reward.sandbox import Sandbox
+from areal_hpc.reward.sandbox import WORKDIR_PREFIX, Sandbox
 from areal_hpc.reward.task import CodeTask, Verdict
 
 ADD = parse_tests({"inputs": ["1 2\n", "3 4\n", "-5 5\n"], "outputs": ["3\n", "7\n", "0\n"]})
@@ -93,3 +96,15 @@ def test_environment_is_replaced(sandbox: Sandbox, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AREAL_SECRET_TOKEN", "leak")
     tests = parse_tests({"inputs": [""], "outputs": ["None"]})
     assert score(sandbox, "import os\nprint(os.environ.get('AREAL_SECRET_TOKEN'))\n", tests).reward == 5.0
+
+
+def test_working_directories_of_killed_runs_are_removed(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = tmp_path / f"{WORKDIR_PREFIX}{dead.pid}-x1"
+    alive = tmp_path / f"{WORKDIR_PREFIX}{os.getpid()}-x2"
+    for d in (orphan, alive):
+        (d / "sub").mkdir(parents=True)
+    Sandbox("rlimits", "/usr/bin/python3", reward_config("rlimits").code)
+    assert not orphan.exists() and alive.exists()
