@@ -128,6 +128,8 @@ class Generator:
             enable_prefix_caching=self.mode != "keep",
             # vLLM 0.32's CPU runner crashes the engine ("CPU Generator does not use offset") when
             # a seeded request's prefill is split over steps; on CPU every prefill runs whole.
+            # vLLM then warns that disabling chunked prefill is unsupported; the rollout tests
+            # check outputs and log-probs against a default engine.
             enable_chunked_prefill=not cpu,
             weight_transfer_config={"backend": "gloo" if cpu else "areal_nccl"},
             worker_extension_cls=_WORKER_EXTENSION,

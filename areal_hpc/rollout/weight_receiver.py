@@ -12,6 +12,7 @@ therefore never touches the model, and a failed transfer restores every layer no
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,12 @@ class WeightTransferWorker:
     def last_weight_update(self) -> dict[str, Any]:
         return self.weight_transfer_engine.last_update  # type: ignore[attr-defined]
 
+
+# vLLM warns "RotaryEmbedding: Failed to load weights" at every reload: that layer has no
+# checkpoint tensors and rightly keeps its cos/sin cache. Once per policy version is noise.
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+    lambda record: not record.getMessage().startswith("RotaryEmbedding:")
+)
 
 for _name in ENGINE_BACKENDS:
     try:
