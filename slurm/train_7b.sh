@@ -30,14 +30,17 @@
 #                     .venv/bin/python of the submit directory if present, else python3), e.g.
 #                     "apptainer exec --nv areal.sif python3"
 #   AREAL_PROGRAM     module every rank runs (default areal_hpc.launch)
+#   AREAL_STOP_GRACE_S  seconds the run gets to end after the stop before the time limit
+#                     (default 240; then the job is requeued all the same)
 #
 # Resilience: --requeue lets SLURM requeue the job after a node failure or a preemption. 300 s
 # before the time limit SLURM sends SIGUSR1 to this batch shell only (--signal=B:USR1@300), never
 # to the ranks (their children, vLLM engines, would die of it). The shell then sends SIGTERM to the
 # controller alone: MPI rank 0, global task 0 of the step, found with `scontrol listpids` (it runs
-# on this node: srun's block distribution starts on the batch node). The controller writes a checkpoint at its next step boundary and stops every rank;
-# when the step has ended the shell requeues the job (scontrol requeue), and the next run resumes
-# from the latest checkpoint (checkpoint.resume: auto). SLURM holds a requeued job for its
+# on this node: srun's block distribution starts on the batch node). The controller writes a
+# checkpoint at its next step boundary and stops every rank; when the step has ended (or
+# AREAL_STOP_GRACE_S later) the shell requeues the job (scontrol requeue), and the next run resumes
+# from the latest complete checkpoint (checkpoint.resume: auto). SLURM holds a requeued job for its
 # credential lifetime (cred_expire, 120 s by default) before starting it again.
 # The output file is appended to across restarts; SLURM_RESTART_COUNT counts them.
 #
@@ -105,6 +108,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 stop_requested=0
 trap 'stop_requested=1; echo "areal-hpc: SIGUSR1, the time limit is near: stopping the run for a requeue"' USR1
+# Seconds the run gets to end after the stop request; then the job is requeued all the same (its
+# checkpoint is written first), so that a shutdown stuck in teardown cannot reach the time limit.
+stop_grace=${AREAL_STOP_GRACE_S:-240}
 
 echo "areal-hpc: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}: ${python[*]} -m $program $config ${settings[*]} $*"
 srun "${srun_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m "$program" "$config" "${settings[@]}" "$@" &
@@ -117,15 +123,23 @@ while kill -0 "$step" 2>/dev/null; do
             | awk '$3 ~ /^[0-9]+$/ && $5 == "0" {print $1; exit}')
         if [[ -n $controller ]] && kill -TERM "$controller"; then
             delivered=1
+            stop_deadline=$((SECONDS + stop_grace))
             echo "areal-hpc: asked the controller (pid $controller) for a checkpoint and a stop"
         fi
+    elif ((delivered && SECONDS > stop_deadline)); then
+        echo "areal-hpc: the run has not ended $stop_grace s after the stop request"
+        break
     fi
     sleep 1
 done
 rc=0
-wait "$step" || rc=$?
+if kill -0 "$step" 2>/dev/null; then
+    rc=1
+else
+    wait "$step" || rc=$?
+fi
 if ((delivered)); then
-    echo "areal-hpc: the run stopped (exit $rc) before the time limit: requeueing job $SLURM_JOB_ID"
+    echo "areal-hpc: stopped before the time limit (exit $rc): requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
 fi
 exit "$rc"

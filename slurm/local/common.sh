@@ -7,8 +7,8 @@
 #   AREAL_SLURM_NODES  simulated nodes node1..nodeN, one slurmd each (default 4, at least 2:
 #                      a heterogeneous job needs two nodes)
 #   AREAL_SLURM_CPUS   CPUs each simulated node claims (default 8; more than the machine has is fine)
-#   AREAL_SLURM_GPUS   GPUs each simulated node claims (default 4): a count-only `gpu` GRES with no
-#                      devices behind it, so GPU job scripts are scheduled and placed for real
+#   AREAL_SLURM_GPUS   GPUs each simulated node claims (default 4): a `gpu` GRES whose device files
+#                      are null devices, so GPU job scripts are scheduled and placed for real
 #   AREAL_SLURM_PORT   slurmctld's port; slurmd K listens on PORT+K (default 16817)
 
 STATE=${AREAL_SLURM_STATE:-/tmp/areal-hpc-slurm}

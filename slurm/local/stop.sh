@@ -26,13 +26,14 @@ stop_pid() {
 
 # Jobs' processes outlive slurmd: cancel them and wait (up to 30 s) while slurmd can still clean up.
 cancel_jobs() {
-    local i
+    local i jobs
     alive "$CTLD_PID" || return 0
     export SLURM_CONF=$CONF
-    local jobs
     jobs=$(squeue -h -o %A 2>/dev/null || true)
-    # shellcheck disable=SC2086  # one argument per job id
-    [[ -n $jobs ]] && scancel --quiet $jobs 2>/dev/null
+    if [[ -n $jobs ]]; then
+        # shellcheck disable=SC2086  # one argument per job id
+        scancel --quiet $jobs 2>/dev/null || true
+    fi
     for ((i = 0; i < 60; i++)); do
         [[ -z $(squeue -h -t PENDING,RUNNING,SUSPENDED,COMPLETING -o %i 2>/dev/null) ]] && return 0
         sleep 0.5

@@ -15,9 +15,9 @@ from areal_hpc.slurm.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = REPO / "slurm" / "local"
-# What the job scripts run on every rank. The probe checks the MPI world, the placement and the
-# checkpoint/requeue contract; the end-to-end launcher (areal_hpc.launch, the scripts' default)
-# replaces it once the controller lands.
+# What the structural tests run on every rank instead of the launcher (the scripts' default,
+# exercised by test_rl_run.py): the probe checks the MPI world and the placement in seconds and
+# follows the controller's stop/resume contract with steps of chosen length.
 PROGRAM = "areal_hpc.slurm.probe"
 TINY = "configs/experiments/tiny-cpu.yaml"
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",

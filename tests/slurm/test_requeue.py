@@ -22,11 +22,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 STEPS = 10
 
 
-def start_job(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
+def start_job(cluster: Cluster, tmp_path: Path, steps: int = STEPS, **env: str) -> tuple[str, Path, Path]:
     run_dir = tmp_path / "run"
-    script = write_script(tmp_path, TINY, [f"logging.dir={run_dir}", f"total_steps={STEPS}"])
+    script = write_script(tmp_path, TINY, [f"logging.dir={run_dir}", f"total_steps={steps}"])
     output = tmp_path / "job.out"
-    job = cluster.sbatch(script, output=output, env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "1"})
+    job = cluster.sbatch(script, output=output,
+                         env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "1", **env})
     return job, run_dir, output
 
 
@@ -58,7 +59,23 @@ def test_time_limit_signal_stops_requeues_and_resumes(slurm_cluster: Cluster, tm
     assert runs[0]["start_step"] == 0 and 2 <= runs[0]["end_step"] < 5 <= runs[1]["end_step"] < STEPS
     assert runs[1]["start_step"] == runs[0]["end_step"] and runs[2]["start_step"] == runs[1]["end_step"]
     assert runs[2]["end_step"] == STEPS
-    assert output.read_text().count(f"requeueing job {job}") == 2
+    assert output.read_text().count(f"before the time limit (exit 0): requeueing job {job}") == 2
+
+
+def test_run_that_does_not_end_is_requeued_after_the_grace(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """A shutdown stuck in teardown must not run into the time limit."""
+    # Steps of 10 s: the probe acts on the stop at the end of its step, long after the 2 s grace.
+    job, run_dir, output = start_job(slurm_cluster, tmp_path, steps=2, AREAL_PROBE_STEP_S="10",
+                                     AREAL_STOP_GRACE_S="2")
+    wait_for_step(slurm_cluster, run_dir, output, 1)
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+    comps = slurm_cluster.wait(job)
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "1"
+    # The requeue ended the first run inside its second step, before it wrote its record.
+    (resumed,) = probe_runs(run_dir)
+    assert (resumed["restart"], resumed["start_step"], resumed["stopped"]) == (1, 1, "completed")
+    assert "the run has not ended 2 s after the stop request" in output.read_text()
 
 
 def test_node_failure_requeues_and_resumes(slurm_cluster: Cluster, tmp_path: Path) -> None:

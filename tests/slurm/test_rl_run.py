@@ -1,0 +1,78 @@
+"""The tiny asynchronous RL run, every component real, launched by the sbatch template under the
+local SLURM with the script's own program (the launcher): controller and Megatron trainer in
+component 0 (partition train), the vLLM generator in component 1 (partition rollout), one MPI
+world. Mid-run the time-limit signal stops it; the job is requeued, resumes from the checkpoint
+and completes, and the metrics show every step once."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from slurm_jobs import TINY, Cluster, write_script
+
+from areal_hpc.config.load import load_config
+from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+ETA, STEPS, STOP_AFTER = 2, 6, 2
+
+
+def trained_steps(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir / METRICS_FILE) if "trained_tokens" in r]
+
+
+@pytest.fixture(scope="module")
+def requeued_run(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from areal_hpc.data.warm_start import ensure_prepared
+
+    model = ensure_prepared(load_config(TINY)).resolve()  # cached per machine; minutes the first time
+    tmp = tmp_path_factory.mktemp("rl-run")
+    run_dir = tmp / "run"
+    overrides = [
+        f"logging.dir={run_dir}", f"model.path={model}", f"total_steps={STEPS}", f"rollout.eta={ETA}",
+        "rollout.batch_prompts=4", "rollout.group_size=4", "rollout.max_concurrent=8",
+        "rollout.max_new_tokens=128", "data.synthetic_eval_size=16", "checkpoint.interval_steps=2",
+        "logging.tensorboard=false",
+    ]
+    output = tmp / "job.out"
+    # No AREAL_PROGRAM: the script's default program, the launcher.
+    job = slurm_cluster.sbatch(write_script(tmp, TINY, overrides), output=output,
+                               env={"VLLM_LOGGING_LEVEL": "WARNING", "AREAL_STOP_GRACE_S": "120"})
+    deadline = time.monotonic() + 900
+    while len(trained_steps(run_dir)) < STOP_AFTER:
+        states = [c["JobState"] for c in slurm_cluster.components(job)]
+        assert time.monotonic() < deadline and set(states) <= {"PENDING", "RUNNING"}, slurm_cluster.explain(output)
+        time.sleep(1)
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
+    comps = slurm_cluster.wait(job, timeout=1200)
+    return {"job": job, "comps": comps, "run_dir": run_dir, "output": output, "log": output.read_text(),
+            "explain": slurm_cluster.explain(output)}
+
+
+def test_completes_across_both_partitions(requeued_run: dict) -> None:
+    comps = requeued_run["comps"]
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], requeued_run["explain"]
+    assert [c["Partition"] for c in comps] == ["train", "rollout"]
+    assert comps[0]["NodeList"] != comps[1]["NodeList"]
+    log = requeued_run["log"]
+    assert "-m areal_hpc.launch" in log and "[rank 1 trainer 0]" in log and "[rank 2 generator 0]" in log
+
+
+def test_stops_on_the_signal_and_resumes_after_the_requeue(requeued_run: dict) -> None:
+    log, job = requeued_run["log"], requeued_run["job"]
+    assert requeued_run["comps"][0]["Restarts"] == "1", requeued_run["explain"]
+    assert "stopped on request at version" in log and "has not ended" not in log, requeued_run["explain"]
+    assert f"before the time limit (exit 0): requeueing job {job}" in log
+    stopped_at = int(log.split("stopped on request at version ")[1].split(";")[0])
+    assert STOP_AFTER <= stopped_at < STEPS
+    assert f"resumed from version {stopped_at}" in log
+
+
+def test_metrics_have_every_step_once(requeued_run: dict) -> None:
+    steps = trained_steps(requeued_run["run_dir"])
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), requeued_run["explain"]
+    assert all(r["effective_tokens_per_s"] > 0 and r["staleness_max"] <= ETA for r in steps)
+    assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
