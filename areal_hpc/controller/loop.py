@@ -150,7 +150,7 @@ class Controller:
             self._update_weights()
             self._until(lambda: not self.syncing)
         else:
-            self._start_eval()
+            self._start_eval(self.version)
             self._until(lambda: self.eval is None)
         self.last_step_at = self.now
         self.training = True
@@ -160,15 +160,15 @@ class Controller:
         if self.stop_requested:
             self.progress.note(f"stopped on request at version {self.version}; checkpoint saved")
             return self._shutdown("stopped on signal", 0)
-        if self.version >= self.total and self.eval is None:
-            self._start_eval()
-            self._until(lambda: self.eval is None)
+        self._until(lambda: self.eval is None)  # one started during training
+        self._start_eval(self.version)
+        self._until(lambda: self.eval is None)
         return self._shutdown("done", 0)
 
     def _finished(self) -> bool:
-        if self.stop_requested:
-            return self.ckpt_in_progress is None and not self.ckpt_requested
-        return self.version >= self.total and not self.syncing and not self.pending_records
+        if self.ckpt_requested or self.ckpt_in_progress is not None:
+            return False
+        return self.stop_requested or (self.version >= self.total and not self.syncing and not self.pending_records)
 
     def _until(self, done) -> None:
         """Run turns of the loop until `done()`."""
@@ -337,7 +337,7 @@ class Controller:
         self.progress.update(loaded.version, record)
         every = self.cfg.eval_interval
         if every and loaded.version % every == 0 and loaded.version < self.total and self.eval is None:
-            self._start_eval()
+            self._start_eval(loaded.version)
 
     # ---- generation -----------------------------------------------------------------------
 
@@ -393,11 +393,13 @@ class Controller:
 
     # ---- evaluation -----------------------------------------------------------------------
 
-    def _start_eval(self) -> None:
+    def _start_eval(self, version: int) -> None:
         """Sample every held-out prompt `group_size` times at the rollout temperature (avg@k, as
-        the paper reports). The seeds repeat each round, so rounds differ only by the weights."""
+        the paper reports) with the weights of `version`, which the generators serve now (during
+        training, later updates may reach samples still running). The seeds repeat each round,
+        so rounds differ only by the weights."""
         k = self.cfg.rollout.group_size
-        self.eval = EvalRound(self.version, {})
+        self.eval = EvalRound(version, {})
         seeds = random.Random(f"eval/{self.cfg.seed}")
         for row, ids in enumerate(self.prompts.held_out_ids):
             gen = least_loaded(self.load)
@@ -429,10 +431,24 @@ class Controller:
             "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
         }
         self.metrics.write(ev.version, record)
+        self._write_eval_samples(ev)
         self.progress.note(
             f"held-out accuracy at version {ev.version}: {acc:.3f}"
             f" ({len(self.prompts.held_out)} prompts x {self.cfg.rollout.group_size} samples)"
         )
+
+    def _write_eval_samples(self, ev: EvalRound) -> None:
+        """Per held-out prompt: its rewards and response lengths, for analysis after the run."""
+        rows: dict[int, dict] = {}
+        for t in sorted(ev.results, key=lambda t: (t.prompt_id, t.sample_index)):
+            row = -1 - t.prompt_id
+            entry = rows.setdefault(row, {"row": row, "prompt": self.prompts.held_out[row].prompt,
+                                          "answer": self.prompts.held_out[row].answer, "rewards": [], "lengths": []})
+            entry["rewards"].append(t.reward)
+            entry["lengths"].append(len(t.output_ids))
+        path = self.run_dir / "eval" / f"version-{ev.version:06d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
 
     # ---- checkpoints ----------------------------------------------------------------------
 

@@ -46,13 +46,14 @@ class Recipe:
     # Longest SFT problem in operations: short problems teach the arithmetic fastest; RL then
     # meets the longer ones of the full distribution (up to 8 operations).
     max_ops: int = 4
-    batch: int = 64
+    # Small batches learn more per token here (measured: 16 x 2000 steps beat 64 x 700 steps).
+    batch: int = 16
     lr: float = 2e-3
-    max_steps: int = 400
-    eval_every: int = 50
+    max_steps: int = 2800
+    eval_every: int = 400
     # Stop once greedy decoding solves this share of the validation set: enough reward signal for
     # RL, far enough from 1 that RL can still show a gain.
-    target_accuracy: float = 0.35
+    target_accuracy: float = 0.2
     version: int = 1
 
 

@@ -25,12 +25,12 @@ pytestmark = pytest.mark.slow
 ETA, STEPS, B, GROUP = 2, 8, 4, 4
 
 
-def overrides(run_dir: Path, model_dir: Path, steps: int = STEPS) -> list[str]:
+def overrides(run_dir: Path, model_dir: Path, interval: int = 2) -> list[str]:
     return [
-        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={steps}",
+        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={STEPS}",
         f"rollout.eta={ETA}", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
         "rollout.max_concurrent=8", "rollout.max_new_tokens=128", "data.synthetic_eval_size=16",
-        "checkpoint.interval_steps=2", "logging.tensorboard=false",
+        f"checkpoint.interval_steps={interval}", "logging.tensorboard=false",
     ]
 
 
@@ -45,7 +45,7 @@ def steps_done(run_dir: Path) -> int:
     return max((r["step"] for r in read_jsonl(path) if "trained_tokens" in r), default=0)
 
 
-def rank_pid(mpiexec_pid: int, rank: int, marker: str) -> int:
+def rank_pid(rank: int, marker: str) -> int:
     """The process of MPI rank `rank` of our job: MPICH gives each rank PMI_RANK."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -72,23 +72,33 @@ def leftovers(marker: str) -> list[int]:
     return pids
 
 
+def wait_for(what: str, done, proc: subprocess.Popen, timeout: float = 420) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, f"run 1 ended before {what}:\n" + proc.stdout.read()[-5000:]
+        assert time.monotonic() < deadline, f"run 1 did not reach {what}"
+        time.sleep(0.3)
+
+
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory, warm_model_dir):
-    """Run 1 is killed (kill -9 of the generator rank) after its first checkpoint and step 3;
-    run 2 resumes it to the end."""
+    """Run 1 (no periodic checkpoints) gets SIGUSR1 at step 2, which asks rank 0 for a checkpoint
+    and to go on; after it continued, its generator rank is killed with SIGKILL. Run 2 (periodic
+    checkpoints) resumes from that checkpoint and finishes."""
     run_dir = tmp_path_factory.mktemp("e2e")
+    checkpoints = run_dir / "checkpoints"
     marker = uuid.uuid4().hex
     proc = subprocess.Popen(
-        job_command(3, overrides(run_dir, warm_model_dir)), env=job_env(AREAL_TEST_JOB=marker),
+        job_command(3, overrides(run_dir, warm_model_dir, interval=0)), env=job_env(AREAL_TEST_JOB=marker),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 420
-        while not (ck.latest_complete(run_dir / "checkpoints") and steps_done(run_dir) >= 3):
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "run 1 did not reach step 3"
-            time.sleep(0.5)
-        os.kill(rank_pid(proc.pid, 2, marker), signal.SIGKILL)
+        wait_for("step 2", lambda: steps_done(run_dir) >= 2, proc)
+        os.kill(rank_pid(0, marker), signal.SIGUSR1)
+        wait_for("its checkpoint", lambda: ck.latest_complete(checkpoints) is not None, proc)
+        saved = ck.ControllerState.load(ck.latest_complete(checkpoints)).version
+        wait_for("a step after the checkpoint", lambda: steps_done(run_dir) > saved, proc)
+        os.kill(rank_pid(2, marker), signal.SIGKILL)
         killed_at = time.monotonic()
         first_output, _ = proc.communicate(timeout=60)
         exit_s = time.monotonic() - killed_at
@@ -99,11 +109,10 @@ def killed_and_resumed(tmp_path_factory, warm_model_dir):
     orphans = leftovers(marker)
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    resumed_from = ck.ControllerState.load(ck.latest_complete(run_dir / "checkpoints")).version
     second = run_job(3, overrides(run_dir, warm_model_dir), timeout=420)
     return {
         "run_dir": run_dir, "first_rc": proc.returncode, "first_output": first_output, "exit_s": exit_s,
-        "orphans": orphans, "resumed_from": resumed_from, "second": second,
+        "orphans": orphans, "saved": saved, "second": second,
     }
 
 
@@ -118,8 +127,9 @@ def test_resume_continues_from_the_last_checkpoint(killed_and_resumed):
     r = killed_and_resumed
     second = r["second"]
     assert second.returncode == 0, second.output[-5000:]
-    assert r["resumed_from"] >= 2
-    assert f"resumed from version {r['resumed_from']}" in second.output
+    assert r["saved"] >= 2  # the SIGUSR1 checkpoint
+    assert f"checkpoint {r['run_dir'] / 'checkpoints'}" in r["first_output"]
+    assert f"resumed from version {r['saved']}" in second.output
     assert "plot: " in second.output
 
 
