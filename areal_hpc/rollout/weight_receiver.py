@@ -60,7 +60,7 @@ def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
     shapes = {}
     for file in files:
         with safe_open(str(file), "pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            for name in f.keys():
                 shapes[name] = tuple(f.get_slice(name).get_shape())
     return shapes
 

@@ -153,7 +153,6 @@ class Link:
         if backend not in BACKENDS:
             raise ValueError(f"weight-transfer backend {backend!r}: must be one of {BACKENDS}")
         self.backend = backend
-        self.rank = rank
         if backend == "gloo":
             from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
