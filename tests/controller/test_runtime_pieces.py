@@ -1,0 +1,44 @@
+"""Small pure pieces of the runtime: generator choice, failure reasons, reward tasks, faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_hpc.controller.loop import eval_id, least_loaded
+from areal_hpc.reward.task import CodeTask, MathTask
+from areal_hpc.runtime import fault
+from areal_hpc.runtime.failure import describe, reason_of
+from areal_hpc.runtime.generator_rank import reward_task
+from areal_hpc.runtime.messages import WorkerFailed
+
+
+def test_least_loaded_prefers_fewest_then_lowest_rank():
+    assert least_loaded({3: 2, 4: 1, 5: 1}) == 4
+    assert eval_id(0) == -1 and eval_id(9) == -10
+
+
+def test_failure_reason_names_the_exception_and_where():
+    try:
+        raise ValueError("bad batch")
+    except ValueError as e:
+        reason = reason_of(e)
+    assert reason.startswith("ValueError: bad batch (at test_runtime_pieces.py:")
+    assert describe(WorkerFailed(2, "generator 0", reason)).startswith("rank 2 (generator 0) failed: ValueError")
+
+
+def test_reward_task_from_spec():
+    assert reward_task({"kind": "math", "answer": "42"}, "so \\boxed{42}") == MathTask("so \\boxed{42}", "42")
+    tests = {"inputs": ["1\n"], "outputs": ["1\n"]}
+    task = reward_task({"kind": "code", "answer": '{"inputs": ["1\\n"], "outputs": ["1\\n"]}'}, "print(input())")
+    assert isinstance(task, CodeTask) and task == reward_task({"kind": "code", "tests": tests}, "print(input())")
+    with pytest.raises(ValueError):
+        reward_task({"kind": "chess"}, "")
+
+
+def test_fault_injection_only_where_asked(monkeypatch):
+    fault.check("trainer", 0, "step")  # unset: nothing happens
+    monkeypatch.setenv(fault.ENV, "trainer:0:step")
+    fault.check("trainer", 1, "step")
+    fault.check("generator", 0, "step")
+    with pytest.raises(fault.InjectedFault):
+        fault.check("trainer", 0, "step")
