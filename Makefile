@@ -41,7 +41,7 @@ lint: venv
 # Asynchronous RL of the tiny model on this machine, every component real: controller, Megatron
 # trainer and vLLM generator as 3 MPI ranks. The first run also prepares the warm-started tiny
 # model (cached in .cache/). Ends with a summary table and the path of its plot.
-QUICKSTART_CONFIG := configs/experiments/tiny-cpu.yaml
+QUICKSTART_CONFIG := configs/experiments/quickstart.yaml
 quickstart: venv
 	$(PY) -m areal_hpc.data.warm_start $(QUICKSTART_CONFIG)
 	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \

@@ -74,7 +74,7 @@ def print_table(summary: dict[str, float | None], title: str) -> None:
 
 
 def plot(records: list[dict], path: str | Path, title: str) -> Path:
-    """Reward, accuracy and effective throughput against the step."""
+    """Training reward, held-out accuracy and throughput of a run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,22 +82,21 @@ def plot(records: list[dict], path: str | Path, title: str) -> Path:
 
     steps = [r for r in records if "trained_tokens" in r]
     evals = [r for r in records if "eval_accuracy" in r]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ax1.plot([r["step"] for r in steps], [r["reward_mean"] for r in steps], label="reward mean (train)")
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
+    ax1.plot([r["step"] for r in steps], [r["reward_mean"] for r in steps], label="reward mean")
     ax1.set_xlabel("step")
-    ax1.set_ylabel("reward")
-    acc = ax1.twinx()
-    acc.plot([r["step"] for r in steps], [r["accuracy"] for r in steps], "C1", alpha=0.6, label="accuracy (train)")
-    acc.plot([r["step"] for r in evals], [r["eval_accuracy"] for r in evals], "C2o-", label="accuracy (held-out)")
-    acc.set_ylabel("accuracy")
-    acc.set_ylim(0, 1)
-    ax1.legend(loc="upper left")
-    acc.legend(loc="lower right")
-    ax2.plot([r["elapsed_s"] for r in steps], [r["effective_tokens_per_s"] for r in steps], label="effective")
-    ax2.plot([r["elapsed_s"] for r in steps], [r["generated_tokens_per_s"] for r in steps], label="generated")
-    ax2.set_xlabel("wall time (s)")
-    ax2.set_ylabel("tokens / s")
-    ax2.legend()
+    ax1.set_ylabel("reward of the trained batch")
+    ax1.set_title("training")
+    ax2.plot([r["step"] for r in evals], [r["eval_accuracy"] for r in evals], "C2o-")
+    ax2.set_xlabel("policy version")
+    ax2.set_ylabel("accuracy")
+    ax2.set_title("held-out accuracy")
+    ax3.plot([r["elapsed_s"] for r in steps], [r["effective_tokens_per_s"] for r in steps], label="effective (trained)")
+    ax3.plot([r["elapsed_s"] for r in steps], [r["generated_tokens_per_s"] for r in steps], label="generated")
+    ax3.set_xlabel("wall time (s)")
+    ax3.set_ylabel("tokens / s")
+    ax3.set_title("throughput")
+    ax3.legend()
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
