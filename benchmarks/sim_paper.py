@@ -107,6 +107,34 @@ def jobs(fid: predict.Fidelity) -> list[tuple[dict, tuple]]:
     return out
 
 
+# Speed-ups the paper reports or implies: (name, numerator row, denominator row). A model can
+# miss absolute levels and still get these right, or the reverse.
+RATIOS = [
+    ("Table 1: AReaL speed-up over verl", ("Table 1, 1.5B hours", "verl, 16 nodes, 250 steps"),
+     ("Table 1, 1.5B hours", "AReaL, 16 nodes, 250 steps")),
+    ("Table 1: AReaL speed-up over sync AReaL", ("Table 1, 1.5B hours", "sync AReaL, 16 nodes, 250 steps"),
+     ("Table 1, 1.5B hours", "AReaL, 16 nodes, 250 steps")),
+    ("Fig 5c: eta inf over eta 0", ("Fig 5c, 1.5B", f"eta inf, {FIG5C_GPUS} GPUs"),
+     ("Fig 5c, 1.5B", f"eta 0, {FIG5C_GPUS} GPUs")),
+    ("Table 7: eta 16 over eta 0", ("Table 7, 1.5B", "eta 16, 8 GPUs, 64x16"), ("Table 7, 1.5B", "eta 0, 8 GPUs, 64x16")),
+    ("Fig 4 16k: AReaL over sync at 256 GPUs", ("Fig 4, 1.5B 16k", "areal 256 GPUs"), ("Fig 4, 1.5B 16k", "sync 256 GPUs")),
+    ("Fig 4 32k: AReaL over sync at 256 GPUs", ("Fig 4, 1.5B 32k", "areal 256 GPUs"), ("Fig 4, 1.5B 32k", "sync 256 GPUs")),
+    ("Fig 4 32k: AReaL 256 over 32 GPUs", ("Fig 4, 1.5B 32k", "areal 256 GPUs"), ("Fig 4, 1.5B 32k", "areal 32 GPUs")),
+]
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    by_key = {(r["source"], r["setting"]): r for r in rows}
+    out = []
+    for name, num, den in RATIOS:
+        n, d = by_key[num], by_key[den]
+        paper_ratio = n["paper"] / d["paper"]
+        sim = None if n["simulated"] is None or d["simulated"] is None else n["simulated"] / d["simulated"]
+        out.append({"ratio": name, "paper": paper_ratio, "simulated": sim,
+                    "error": None if sim is None else sim / paper_ratio - 1.0})
+    return out
+
+
 def checks(rows: list[dict]) -> list[dict]:
     """The paper's qualitative claims for 7B and 32B (Figure 4), tested on the predictions."""
     value = {(r["source"], r["setting"]): r["simulated"] for r in rows}
@@ -221,13 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for key, s in stats.items():
         print(f"{key:30s} n={s['n']:2d}  median |error| {s['median_abs_error']:.0%}  max {s['max_abs_error']:.0%}")
+    print()
+    speedups = ratios(rows)
+    for r in speedups:
+        print(f"{r['ratio']:42s} paper {r['paper']:5.2f}  sim {r['simulated']:5.2f}  {r['error']:+.0%}")
+    print()
     claims = checks(rows)
     for c in claims:
         print(f"{'holds' if c['holds'] else 'FAILS':5s}  {c['claim']} ({c['value']})")
     args.out.mkdir(parents=True, exist_ok=True)
     pngs = plot(rows, args.out)
     result = {"efficiency": asdict(FITTED), "fidelity": asdict(fid), "elapsed_s": elapsed, "rows": rows,
-              "summary": stats, "checks": claims}
+              "summary": stats, "ratios": speedups, "checks": claims}
     (args.out / "sim_paper.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{len(rows)} comparisons in {elapsed:.0f} s; wrote {args.out / 'sim_paper.json'}, "
           + ", ".join(str(p) for p in pngs))

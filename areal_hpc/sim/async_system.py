@@ -2,8 +2,9 @@
 a batch of complete prompt groups, and every weight update interrupts the generators (transfer,
 then re-prefill of in-flight sequences in abort mode).
 
-Admission and the batch gate are the controller's own StalenessManager (areal_hpc.controller),
-so the simulator runs the same staleness rule as the real system, at any scale.
+Admission is the controller's own StalenessManager (areal_hpc.controller), and the batch gate its
+may_train rule computed from counts (a test checks they agree), so the simulator runs the same
+staleness rule as the real system, at any scale.
 """
 
 from __future__ import annotations
@@ -24,6 +25,23 @@ from areal_hpc.sim.workload import Workload
 UNBOUNDED_ETA = 1 << 40
 
 
+def gate_open(running: Counter[int], ready: Counter[int], batch: int, version: int, eta: int) -> bool:
+    """StalenessManager.may_train computed from counts per submission version: train the `batch`
+    oldest ready prompts now only if every prompt left untrained (the running ones and the newer
+    ready ones) can still be trained within its bound. The oldest prompts have the lowest
+    versions, so the batch takes them from the lowest versions up. The controller's list form
+    sorts every untrained prompt on each call, too slow at 2,000 prompts in flight."""
+    skip, left = batch, 0
+    for v in sorted(running.keys() | ready.keys()):
+        taken = min(skip, ready[v])
+        skip -= taken
+        count = running[v] + ready[v] - taken
+        left += count
+        if count and left > (v + eta - version) * batch:
+            return False
+    return True
+
+
 def busy_in(intervals: list[tuple[float, float]], start: float, end: float) -> float:
     """Seconds of the intervals that fall inside [start, end]."""
     return sum(max(0.0, min(b, end) - max(a, start)) for a, b in intervals)
@@ -39,6 +57,11 @@ class _Controller:
         self.submitted = 0
         self.running_versions: Counter[int] = Counter()
         self.ready: list[tuple[int, Group]] = []
+        self.ready_versions: Counter[int] = Counter()
+        # The first admission (time 0) starts every prompt at once; until all of them finished,
+        # the pipeline is not in its steady state.
+        self.burst = 0
+        self.burst_left = 0
 
     def admit(self, now: float) -> None:
         cap = self.sm.capacity()
@@ -47,6 +70,8 @@ class _Controller:
         version = self.sm.version
         groups = [make_group(self.submitted + i, version, self.w.prompt_len, lengths)
                   for i, lengths in enumerate(self.lengths.take(cap))]
+        if self.submitted == 0:
+            self.burst = self.burst_left = cap
         self.submitted += cap
         self.sm.submit(cap)
         self.running_versions[version] += cap
@@ -58,8 +83,11 @@ class _Controller:
             group.left -= 1
             if group.left == 0:
                 self.fleet.release(group)
+                if group.ident < self.burst:
+                    self.burst_left -= 1
                 self.sm.accept()
                 self.running_versions[group.version] -= 1
+                self.ready_versions[group.version] += 1
                 heapq.heappush(self.ready, (group.ident, group))
 
     def may_train(self) -> bool:
@@ -69,18 +97,22 @@ class _Controller:
             return False
         if self.w.eta is None:
             return True
-        newer = [g.version for _, g in sorted(self.ready)[b:]]
-        running = [v for v, count in self.running_versions.items() for _ in range(count)]
-        return self.sm.may_train(running + newer)
+        return gate_open(self.running_versions, self.ready_versions, b, self.sm.version, self.w.eta)
 
     def take_batch(self) -> list[Group]:
-        return [heapq.heappop(self.ready)[1] for _ in range(self.w.batch_prompts)]
+        batch = [heapq.heappop(self.ready)[1] for _ in range(self.w.batch_prompts)]
+        for group in batch:
+            self.ready_versions[group.version] -= 1
+        return batch
 
 
-def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps: int, warmup: int,
+def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measured: int,
               lengths: LengthStream) -> Run:
-    """Simulate `steps` training steps; steps before `warmup` fill the pipeline and are not
-    measured. A step ends when the trainer finishes it; its weight update follows."""
+    """Simulate until at least `measured` steps have run in steady state, over at least the time
+    the initial burst of prompts took to drain (the longest generation latency: stragglers make
+    the trainer's pace uneven on that scale). Warm-up, not measured: the steps ending before twice
+    that drain time (the burst, then its echo, synchronise the pipeline). A step ends when the
+    trainer finishes it; its weight update follows."""
     ctl = _Controller(w, fleet, lengths)
     ends: list[float] = []
     tokens: list[int] = []
@@ -89,6 +121,8 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps:
     trainer_free = 0.0
     staleness = 0
     gen_busy_start = 0.0
+    drained_at: float | None = None
+    warmup: int | None = None
 
     def start_training(at: float) -> float:
         nonlocal staleness
@@ -101,12 +135,13 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps:
         return end
 
     ctl.admit(0.0)
-    while len(ends) < steps:
+    while warmup is None or len(ends) < warmup + measured or ends[-1] - ends[warmup - 1] < drained_at:
         t_gen = fleet.next_time()
         if train_end <= t_gen:
             now, train_end = train_end, math.inf
             ends.append(now)
-            if len(ends) == warmup:
+            if warmup is None and drained_at is not None and now >= 2.0 * drained_at:
+                warmup = len(ends)
                 gen_busy_start = fleet.busy_s(now)
             ctl.sm.set_version(ctl.sm.version + 1)
             update = layout.update_s(cost)
@@ -121,14 +156,15 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps:
         else:
             now, done = fleet.pop()
             ctl.finished(done)
+            if drained_at is None and ctl.burst_left == 0:
+                drained_at = now
             ctl.admit(now)
             if math.isinf(train_end) and ctl.may_train():
                 train_end = start_training(max(now, trainer_free))
-    start = ends[warmup - 1] if warmup else 0.0
     return Run(
         step_ends=tuple(ends), step_tokens=tuple(tokens), warmup=warmup,
         gen_busy_gpu_s=(fleet.busy_s(ends[-1]) - gen_busy_start) * layout.gen_tp,
-        train_busy_gpu_s=busy_in(trainer_busy, start, ends[-1]) * layout.train_gpus,
+        train_busy_gpu_s=busy_in(trainer_busy, ends[warmup - 1], ends[-1]) * layout.train_gpus,
         gen_gpus=layout.gen_gpus, train_gpus=layout.train_gpus, colocated=False,
         max_staleness=staleness,
     )

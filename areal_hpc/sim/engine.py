@@ -105,8 +105,7 @@ class Engine:
     finishing: list = field(default_factory=list)
     admitted: list = field(default_factory=list)
     waiting: deque = field(default_factory=deque)
-    # The planned next event (time, step) and a counter invalidating older plans.
-    plan: tuple[float, float] | None = None
+    # Bumped at every replan, invalidating the fleet's older heap entries for this engine.
     plan_id: int = 0
     _steps: dict = field(default_factory=dict)
     _prefill_token_s: float = 0.0
@@ -150,7 +149,7 @@ class Engine:
 
     def time_for(self, k: float) -> float:
         """Seconds for the next k decode steps of the current batch."""
-        return sum(c * length + 0.5 * d * length * length for length, c, d in self._pieces(k))
+        return sum(_integral(c, d, length) for length, c, d in self._pieces(k))
 
     def advance_to(self, now: float) -> None:
         """Decode up to `now` (no-op while stalled past it)."""
@@ -208,13 +207,11 @@ class Engine:
     def replan(self) -> tuple[float, float] | None:
         """Plan the next finish or KV-full event; returns (time, step) or None when idle."""
         self.plan_id += 1
-        self.plan = None
-        if self.n:
-            k = self.finishing[0][0] - self.s
-            room = self.kv_capacity - self.context()
-            k = max(0.0, min(k, room / self.n))
-            self.plan = (self.t + self.time_for(k), self.s + k)
-        return self.plan
+        if not self.n:
+            return None
+        room = self.kv_capacity - self.context()
+        k = max(0.0, min(self.finishing[0][0] - self.s, room / self.n))
+        return self.t + self.time_for(k), self.s + k
 
     def fire(self, when: float, step: float) -> list[Trajectory]:
         """Apply the planned event: finish every sequence due, or preempt the newest one."""

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Run:
-    # Time each training step (including its weight update) ended, seconds.
+    """One simulated run of several training steps."""
+
+    # Time each training step finished training, seconds (its weight update follows).
     step_ends: tuple[float, ...]
     # Tokens (prompt + generated) trained in each step.
     step_tokens: tuple[int, ...]

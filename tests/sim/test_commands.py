@@ -13,7 +13,7 @@ from areal_hpc.sim import predict
 @pytest.fixture(autouse=True)
 def fast(monkeypatch):
     """--quick, shortened further: these tests check the interface, not the numbers."""
-    monkeypatch.setattr(predict, "QUICK", predict.Fidelity(steps=2, warmup=1))
+    monkeypatch.setattr(predict, "QUICK", predict.Fidelity(steps=1, sync_steps=1))
 
 
 def run_json(capsys: pytest.CaptureFixture, *args: str):

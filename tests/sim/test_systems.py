@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from areal_hpc.sim.async_system import run_async
+from areal_hpc.controller.staleness import StalenessManager
+from areal_hpc.sim.async_system import gate_open, run_async
 from areal_hpc.sim.cost_model import Efficiency
 from areal_hpc.sim.layout import Layout
+from areal_hpc.sim.run import Run
 from areal_hpc.sim.sync_system import run_sync
 from tests.sim.conftest import SMALL, FixedLengths, cost_1p5b, fleet_for, split, stream
 
@@ -18,8 +23,8 @@ def test_eta_zero_is_the_synchronous_schedule_on_the_same_split():
     cost = cost_1p5b()
     layout = split(engines=4, train_dp=2)
     w = SMALL.with_eta(0)
-    a = run_async(layout, cost, w, fleet_for(layout, cost, w), 5, 1, stream(w))
-    s = run_sync(layout, cost, w, fleet_for(layout, cost, w), 5, 1, stream(w))
+    a = run_async(layout, cost, w, fleet_for(layout, cost, w), 4, stream(w))
+    s = run_sync(layout, cost, w, fleet_for(layout, cost, w), len(a.step_ends), 1, stream(w))
     assert a.step_tokens == s.step_tokens
     assert a.step_ends == pytest.approx(s.step_ends, rel=1e-12)
     assert a.max_staleness == 0
@@ -31,7 +36,7 @@ def test_staleness_never_exceeds_eta_and_more_staleness_is_faster():
     rates = []
     for eta in (0, 1, 2, 4):
         w = SMALL.with_eta(eta)
-        run = run_async(layout, cost, w, fleet_for(layout, cost, w), 8, 3, stream(w))
+        run = run_async(layout, cost, w, fleet_for(layout, cost, w), 5, stream(w))
         assert run.max_staleness <= eta
         rates.append(run.tokens_per_s)
     assert rates[1] > 1.2 * rates[0]
@@ -45,7 +50,7 @@ def test_more_generators_never_lower_throughput_until_the_trainer_saturates():
     runs = []
     for engines in (1, 2, 4, 8, 16, 32):
         layout = split(engines=engines)
-        runs.append(run_async(layout, cost, w, fleet_for(layout, cost, w), 10, 4, stream(w)))
+        runs.append(run_async(layout, cost, w, fleet_for(layout, cost, w), 6, stream(w)))
     for fewer, more in pairwise(runs):
         assert more.tokens_per_s >= 0.98 * min(fewer.tokens_per_s, more.trainer_bound_tokens_per_s)
     assert runs[0].train_idle > 0.4 and runs[0].tokens_per_s < 0.5 * runs[0].trainer_bound_tokens_per_s
@@ -78,3 +83,30 @@ def test_colocated_sync_alternates_and_idles_in_the_tail():
     assert 0.0 < run.gen_idle < 1.0
     assert 0.0 < run.gpu_idle < 1.0
     assert run.tokens_per_s > 0
+
+
+def test_run_measures_the_steady_steps_by_hand():
+    run = Run(step_ends=(100.0, 300.0, 500.0), step_tokens=(7, 1000, 3000), warmup=1,
+              gen_busy_gpu_s=2400.0, train_busy_gpu_s=200.0, gen_gpus=6, train_gpus=2, colocated=False,
+              max_staleness=0)
+    assert run.tokens_per_s == pytest.approx(4000 / 400)
+    assert run.step_s == 200.0 and run.steps_per_hour == 18.0
+    assert run.hours(10) == pytest.approx((100 + 9 * 200) / 3600)
+    assert run.gen_idle == pytest.approx(1 - 2400 / (6 * 400))
+    assert run.train_idle == pytest.approx(1 - 200 / (2 * 400))
+    assert run.trainer_bound_tokens_per_s == pytest.approx(4000 / 100)
+
+
+@settings(max_examples=300, deadline=None)
+@given(versions=st.lists(st.tuples(st.integers(0, 8), st.booleans()), max_size=60),
+       batch=st.integers(1, 8), version=st.integers(0, 8), eta=st.integers(0, 4))
+def test_count_form_of_the_batch_gate_agrees_with_the_controller(versions, batch, version, eta):
+    """gate_open must be StalenessManager.may_train: the simulator runs the controller's rule."""
+    running = Counter(v for v, done in versions if not done)
+    ready = Counter(v for v, done in versions if done)
+    if sum(ready.values()) < batch:
+        return
+    ready_sorted = sorted(v for v, done in versions if done)
+    untrained = sorted(running.elements()) + ready_sorted[batch:]
+    sm = StalenessManager(eta, batch, max_concurrent=1000, version=version)
+    assert gate_open(running, ready, batch, version, eta) == sm.may_train(untrained)
