@@ -81,7 +81,7 @@ def wait_for(what: str, done, proc: subprocess.Popen, timeout: float = 420) -> N
 
 
 @pytest.fixture(scope="module")
-def killed_and_resumed(tmp_path_factory, warm_model_dir):
+def killed_and_resumed(tmp_path_factory, tiny_model_dir):
     """Run 1 (no periodic checkpoints) gets SIGUSR1 at step 2, which asks rank 0 for a checkpoint
     and to go on; after it continued, its generator rank is killed with SIGKILL. Run 2 (periodic
     checkpoints) resumes from that checkpoint and finishes."""
@@ -89,7 +89,7 @@ def killed_and_resumed(tmp_path_factory, warm_model_dir):
     checkpoints = run_dir / "checkpoints"
     marker = uuid.uuid4().hex
     proc = subprocess.Popen(
-        job_command(3, overrides(run_dir, warm_model_dir, interval=0)), env=job_env(AREAL_TEST_JOB=marker),
+        job_command(3, overrides(run_dir, tiny_model_dir, interval=0)), env=job_env(AREAL_TEST_JOB=marker),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -109,7 +109,7 @@ def killed_and_resumed(tmp_path_factory, warm_model_dir):
     orphans = leftovers(marker)
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    second = run_job(3, overrides(run_dir, warm_model_dir), timeout=420)
+    second = run_job(3, overrides(run_dir, tiny_model_dir), timeout=420)
     return {
         "run_dir": run_dir, "first_rc": proc.returncode, "first_output": first_output, "exit_s": exit_s,
         "orphans": orphans, "saved": saved, "second": second,
@@ -160,7 +160,7 @@ def test_versions_staleness_and_weights(killed_and_resumed):
     ("trainer:0:step", "error: rank 1 (trainer 0) failed: InjectedFault"),
     ("generator:0:request", "error: rank 2 (generator 0) failed: InjectedFault"),
 ])
-def test_an_exception_on_a_worker_is_named_by_rank_0(tmp_path, warm_model_dir, fault, named):
-    job = run_job(3, overrides(tmp_path, warm_model_dir), timeout=420, AREAL_HPC_FAULT=fault)
+def test_an_exception_on_a_worker_is_named_by_rank_0(tmp_path, tiny_model_dir, fault, named):
+    job = run_job(3, overrides(tmp_path, tiny_model_dir), timeout=420, AREAL_HPC_FAULT=fault)
     assert job.returncode != 0
     assert named in job.output, job.output[-5000:]
