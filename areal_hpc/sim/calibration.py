@@ -13,4 +13,4 @@ from areal_hpc.sim.cost_model import Efficiency
 A_PRIORI_MFU = 0.40
 
 # Output of `python -m areal_hpc.sim.fit` (held fixed for every prediction).
-FITTED = Efficiency(decode=0.0808, step_overhead_s=0.0193, mfu=A_PRIORI_MFU)
+FITTED = Efficiency(decode=0.0680, step_overhead_s=0.0068, mfu=A_PRIORI_MFU)
