@@ -67,7 +67,7 @@ def _scaling(args: argparse.Namespace) -> int:
         print(json.dumps([{"gpus": n, "tokens_per_s": p.tokens_per_s} for n, p in zip(gpus, preds, strict=True)]))
     else:
         for p in preds:
-            print(f"{p.layout.describe()}\n    {p.summary()}")
+            print(f"{p.setting()}\n    {p.summary()}")
     return 0
 
 
@@ -79,7 +79,7 @@ def _hours(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"hours": value}))
     else:
-        print(f"{pred.layout.describe()}\n    {pred.summary()}")
+        print(f"{pred.setting()}\n    {pred.summary()}")
         if value is not None:
             print(f"    {args.steps} steps: {value:.1f} hours")
     return 0
@@ -92,7 +92,7 @@ def _staleness(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"eta": eta, "tokens_per_s": p.tokens_per_s} for eta, p in zip(etas, preds, strict=True)]))
     else:
-        print(preds[0].layout.describe())
+        print(preds[0].setting(with_eta=False))
         for eta, p in zip(etas, preds, strict=True):
             print(f"    eta {eta:3d}  {p.summary()}")
     return 0

@@ -71,6 +71,7 @@ class Prediction:
     """One simulated layout: its run, or why it does not fit in memory."""
 
     layout: Layout
+    workload: Workload
     run: Run | None
     # Out-of-memory reasons; empty when it ran.
     problems: tuple[str, ...] = ()
@@ -78,6 +79,16 @@ class Prediction:
     @property
     def tokens_per_s(self) -> float | None:
         return None if self.run is None else self.run.tokens_per_s
+
+    def setting(self, with_eta: bool = True) -> str:
+        """The layout and the workload it runs, for a table's heading."""
+        w = self.workload
+        text = (f"{self.layout.describe()}\n  {w.batch_prompts} prompts x {w.group_size} per step, generation "
+                f"cap {w.lengths.cap} ({w.lengths.capped_fraction():.0%} of traces reach it)")
+        if self.layout.colocated:
+            return text + ", the whole batch generated at once"
+        eta = "unbounded" if w.eta is None else w.eta
+        return text + (f", eta {eta}" if with_eta else "") + f", at most {w.max_concurrent} prompts in flight"
 
     def summary(self) -> str:
         """One line for a table: throughput, step rate and idle GPU time, or the memory problem."""
@@ -96,12 +107,12 @@ def simulate(cfg: ExperimentConfig, layout: Layout, w: Workload, hw: Hardware = 
     cost = CostModel(ModelShape.from_config(cfg.model), hw, eff)
     plan = memory_plan(layout, cost, w)
     if not plan.fits:
-        return Prediction(layout, None, plan.problems)
+        return Prediction(layout, w, None, plan.problems)
     fleet = make_fleet(layout, cost, plan, w)
     lengths = LengthStream(w.lengths, w.group_size, np.random.default_rng(fidelity.seed))
     if layout.colocated:
-        return Prediction(layout, run_sync(layout, cost, w, fleet, fidelity.sync_steps, 0, lengths))
-    return Prediction(layout, run_async(layout, cost, w, fleet, fidelity.steps, lengths))
+        return Prediction(layout, w, run_sync(layout, cost, w, fleet, fidelity.sync_steps, 0, lengths))
+    return Prediction(layout, w, run_async(layout, cost, w, fleet, fidelity.steps, lengths))
 
 
 def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware = H800,

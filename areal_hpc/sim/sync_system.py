@@ -25,7 +25,7 @@ def run_sync(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps: 
         groups = [make_group(step * w.batch_prompts + i, step, w.prompt_len, ls)
                   for i, ls in enumerate(lengths.take(w.batch_prompts))]
         fleet.submit(groups, now)
-        left = w.batch_prompts * w.group_size
+        left = w.batch_trajectories
         while left:
             gen_end, done = fleet.pop()
             left -= len(done)
