@@ -33,7 +33,7 @@ def measure(total_steps: int, eval_prompts: int, model: Path, work: Path) -> dic
         records, wall = rl_runs.run(work / f"eta{eta}-{'dec' if decoupled else 'std'}", [
             f"model.path={model}", f"rollout.eta={eta}", f"ppo.decoupled={str(decoupled).lower()}",
             f"total_steps={total_steps}", f"data.synthetic_eval_size={eval_prompts}",
-            "checkpoint.interval_steps=0",
+            "checkpoint.interval_steps=0", "eval_interval=0",
         ])
         ev, st = rl_runs.evals(records), rl_runs.steps(records)
         row = {

@@ -1,5 +1,6 @@
-"""Running the whole system as the benchmarks measure it: one mpiexec job of the tiny CPU profile
-(controller, trainer, generator), its metrics read back from the run directory."""
+"""Running the whole system as the benchmarks measure it: one mpiexec job of the quickstart
+experiment (the tiny CPU profile: controller, trainer, generator), its metrics read back from the
+run directory."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from areal_hpc.config.load import load_config
 from areal_hpc.data.warm_start import ensure_prepared
 from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
 
-CONFIG = "configs/experiments/tiny-cpu.yaml"
+CONFIG = "configs/experiments/quickstart.yaml"
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 
 

@@ -117,13 +117,14 @@ class Controller:
         # Generation bookkeeping: prompts in flight per generator, the generator of each prompt.
         self.load = {g: 0 for g in self.generators}
         self.where: dict[int, int] = {}
-        self.served = dict.fromkeys(self.generators, self.version)
+        self.served = dict.fromkeys(self.generators, 0)  # engines start from the model directory
         self.syncing: dict[int, tuple[float, set[int]]] = {}  # version -> (start, generators left)
         # Checksums of the tensors the trainer stages sent, and what the generators reported.
         self.sent: dict[int, dict[int, dict[str, str]]] = {}  # version -> stage -> checksums
         self.loaded: dict[int, list[WeightsLoaded]] = {}
         self.step: InFlightStep | None = None
-        self.pending_records: dict[int, dict[str, float]] = {}
+        # Seconds of the latest completed weight update (trainer send to the last generator loaded).
+        self.last_sync_s: float | None = None
         self.eval: EvalRound | None = None
         self.ckpt_in_progress: Path | None = None
         self.ckpt_requested = False
@@ -168,7 +169,7 @@ class Controller:
     def _finished(self) -> bool:
         if self.ckpt_requested or self.ckpt_in_progress is not None:
             return False
-        return self.stop_requested or (self.version >= self.total and not self.syncing and not self.pending_records)
+        return self.stop_requested or (self.version >= self.total and not self.syncing)
 
     def _until(self, done) -> None:
         """Run turns of the loop until `done()`."""
@@ -264,7 +265,7 @@ class Controller:
         self.counters["elapsed_s"] += interval
         self.counters["trained_tokens"] += step.stats["trained_tokens"]
         record = dict(step.stats)
-        record.update({f"train/{k}": float(v) for k, v in done.metrics.items()})
+        record.update({f"train/{k}": float(v) for k, v in done.metrics.items() if isinstance(v, int | float)})
         record.update(
             {
                 "version": float(done.version),
@@ -274,6 +275,8 @@ class Controller:
                 "effective_tokens_per_s": step.stats["trained_tokens"] / max(interval, 1e-9),
                 "trained_tokens_per_s": step.stats["trained_tokens"] / max(self.now - step.dispatched_at, 1e-9),
                 "generated_tokens_per_s": self.step_gen_tokens / max(interval, 1e-9),
+                "trained_tokens_total": self.counters["trained_tokens"],
+                "generated_tokens_total": self.counters["generated_tokens"],
                 "buffer_groups": float(self.buffer.ready),
                 "running_prompts": float(self.buffer.running),
                 "trainer_idle_fraction": self.trainer_clock.idle_fraction(self.now),
@@ -281,8 +284,11 @@ class Controller:
                 / len(self.gen_clocks),
             }
         )
+        if self.last_sync_s is not None:
+            record["weight_sync_s"] = self.last_sync_s
         self.step_gen_tokens = 0.0
-        self.pending_records[done.version] = record
+        self.metrics.write(done.version, record)
+        self.progress.update(done.version, record)
         with (self.run_dir / LEDGER_FILE).open("a") as f:
             f.write(json.dumps({"step": step.version, "prompt_ids": [g.prompt_id for g in step.groups]}) + "\n")
         self._update_weights()
@@ -329,12 +335,7 @@ class Controller:
         del self.syncing[loaded.version]
         if not self.syncing:
             self.trainer_tasks.discard("sync")
-        record = self.pending_records.pop(loaded.version, None)
-        if record is None:  # the weight sync after a resume
-            return
-        record["weight_sync_s"] = self.now - start
-        self.metrics.write(loaded.version, record)
-        self.progress.update(loaded.version, record)
+        self.last_sync_s = self.now - start
         every = self.cfg.eval_interval
         if every and loaded.version % every == 0 and loaded.version < self.total and self.eval is None:
             self._start_eval(loaded.version)
