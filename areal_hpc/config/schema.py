@@ -257,6 +257,9 @@ class ExperimentConfig:
     total_steps: int = 20
     # Evaluate held-out accuracy every this many steps (0: only at the start and end).
     eval_interval: int = 0
+    # Seconds every worker rank has to load its model and join the weight groups; a rank not ready
+    # by then (a generator that never joins, a node stuck on a file system) is named and the job ends.
+    startup_timeout_s: float = 1800.0
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)

@@ -26,6 +26,7 @@ RANGES = [
     ("seed", lambda v: v >= 0, ">= 0"),
     ("total_steps", lambda v: v >= 1, ">= 1"),
     ("eval_interval", lambda v: v >= 0, ">= 0"),
+    ("startup_timeout_s", lambda v: v > 0, "> 0"),
     ("model.vocab_size", lambda v: v >= 1, ">= 1"),
     ("model.hidden_size", lambda v: v >= 1, ">= 1"),
     ("model.intermediate_size", lambda v: v >= 1, ">= 1"),

@@ -32,7 +32,8 @@ from areal_hpc.metrics.clock import BusyClock
 from areal_hpc.metrics.progress import Progress
 from areal_hpc.metrics.writer import MetricsWriter, read_metrics
 from areal_hpc.runtime.failure import abort_job, describe
-from areal_hpc.runtime.layout import generator_ranks, trainer_ranks
+from areal_hpc.runtime.layout import generator_ranks, role_of, trainer_ranks
+from areal_hpc.runtime.lifeline import LifelineServer
 from areal_hpc.runtime.messages import (
     CheckpointSaved,
     GenerateRequest,
@@ -84,9 +85,9 @@ class InFlightStep:
 
 
 class Controller:
-    def __init__(self, plan: LaunchPlan, prompts: Prompts, chan: Channel) -> None:
+    def __init__(self, plan: LaunchPlan, prompts: Prompts, chan: Channel, lifelines: LifelineServer) -> None:
         cfg: ExperimentConfig = plan.config
-        self.cfg, self.prompts, self.chan = cfg, prompts, chan
+        self.cfg, self.prompts, self.chan, self.lifelines = cfg, prompts, chan, lifelines
         self.run_dir = Path(cfg.logging.dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         r = cfg.rollout
@@ -180,6 +181,7 @@ class Controller:
 
     def _turn(self) -> bool:
         self.now = time.monotonic()
+        self._check_lifelines()
         worked = False
         while (got := self.chan.poll()) is not None:
             self._handle(*got)
@@ -205,15 +207,22 @@ class Controller:
     # ---- startup --------------------------------------------------------------------------
 
     def _wait_ready(self) -> None:
-        """Relay the weight groups' addresses to the generators until every worker is ready."""
+        """Relay the weight groups' addresses to the generators until every worker is ready; a
+        worker not ready within `startup_timeout_s` is named and the job ends."""
         waiting = set(range(1, self.chan.size))
+        announced: set[int] = set()  # stage leaders waiting in their weight group for the generators
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
         while waiting:
+            self._check_lifelines()
             got = self.chan.poll()
             if got is None:
+                if time.monotonic() > deadline:
+                    abort_job(self.chan.comm, self._not_ready(waiting, announced))
                 time.sleep(POLL_S)
                 continue
             src, msg = got
             if isinstance(msg, WeightGroupAddress):
+                announced.add(src)
                 for g in self.generators:
                     self.chan.send(g, msg)
             elif isinstance(msg, WorkerReady):
@@ -221,6 +230,30 @@ class Controller:
             else:
                 self._handle(src, msg)
         self.progress.note(f"all {self.chan.size - 1} workers ready")
+
+    def _not_ready(self, waiting: set[int], announced: set[int]) -> str:
+        why = []
+        for rank in sorted(waiting):
+            role, index = role_of(self.cfg, rank)
+            if rank in self.generators:
+                doing = "never joined the weight groups (engine start, model load or the group join)"
+            elif rank in announced:
+                doing = "waits in its weight group for generators that never joined"
+            else:
+                doing = "did not load its model and join the trainer group"
+            why.append(f"rank {rank} ({role} {index}) {doing}")
+        return f"not ready after startup_timeout_s = {self.cfg.startup_timeout_s:g} s: " + "; ".join(why)
+
+    def _check_lifelines(self) -> None:
+        """A worker whose lifeline ended died without reporting (kill -9, the OOM killer, a lost
+        node): name it and end the job."""
+        for rank in self.lifelines.ended():
+            role, index = role_of(self.cfg, rank)
+            abort_job(
+                self.chan.comm,
+                f"rank {rank} ({role} {index}) died without reporting an error"
+                " (its process ended: killed by a signal, the out-of-memory killer or a lost node)",
+            )
 
     # ---- messages -------------------------------------------------------------------------
 
@@ -320,7 +353,7 @@ class Controller:
                     )
                 with (self.run_dir / WEIGHTS_FILE).open("a") as f:
                     record = {"version": version, "generator_rank": loaded.generator_rank,
-                              "seconds": loaded.seconds, "tensors": len(sent)}
+                              "seconds": loaded.seconds, "tensors": len(sent), "stages": len(stages)}
                     f.write(json.dumps(record) + "\n")
                 self._on_weights_loaded(loaded)
             if version not in self.syncing:

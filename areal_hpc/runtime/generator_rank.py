@@ -114,6 +114,7 @@ class GeneratorRank:
         try:
             await gen.start()
             async with RewardPool(cfg.reward) as pool:
+                fault.check("generator", self.index, "join")
                 await self._join_weight_groups(gen)
                 self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, "generator"))
                 log.info("generator %d ready", self.index)
@@ -135,9 +136,10 @@ class GeneratorRank:
                 gen.submit(msg)
             elif isinstance(msg, UpdateWeights):
                 update = await gen.update_weights(msg.version)
-                self.chan.send(
-                    CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, update.checksums)
-                )
+                checksums = update.checksums
+                if fault.requested("generator", self.index, "checksum"):
+                    checksums = {**checksums, min(checksums): "corrupted"}
+                self.chan.send(CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, checksums))
             elif isinstance(msg, Shutdown):
                 return
             else:

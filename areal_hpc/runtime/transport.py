@@ -23,6 +23,8 @@ class Channel:
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self._pending: list[Any] = []
+        # Set once a Shutdown arrived: from then on rank 0 going away is the expected end.
+        self.shutdown_seen = False
 
     def send(self, dest: int, msg: object) -> None:
         """Queue `msg` for `dest`; returns at once (large messages complete in the background)."""
@@ -41,8 +43,12 @@ class Channel:
         src = MPI.ANY_SOURCE if source is None else source
         if not self.comm.iprobe(source=src, tag=TAG, status=status):
             return None
+        from areal_hpc.runtime.messages import Shutdown
+
         sender = status.Get_source()
-        return sender, self.comm.recv(source=sender, tag=TAG)
+        msg = self.comm.recv(source=sender, tag=TAG)
+        self.shutdown_seen |= isinstance(msg, Shutdown)
+        return sender, msg
 
     def recv(self, source: int | None = None, timeout: float | None = None) -> tuple[int, object]:
         """Wait for the next message from `source`, sleeping between probes."""

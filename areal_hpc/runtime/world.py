@@ -2,11 +2,13 @@
 
 Order matters for clear failures: rank 0 loads the config, checks the MPI world size against it,
 finds the model directory and loads the data before any process group exists; the other ranks
-wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutdown.
+wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutdown. With the
+plan every worker connects its lifeline to rank 0, so a rank that dies without a word is named.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -17,6 +19,8 @@ import warnings
 from areal_hpc.errors import UserError
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
 from areal_hpc.runtime.layout import Role, role_of
+from areal_hpc.runtime.lifeline import LifelineServer
+from areal_hpc.runtime.lifeline import hold as hold_lifeline
 from areal_hpc.runtime.messages import LaunchPlan, Shutdown
 from areal_hpc.runtime.transport import Channel
 
@@ -40,8 +44,10 @@ def _logging(level: str, rank: int, role: str) -> None:
 
 
 def _worker_signals() -> None:
-    """SLURM may signal every rank before the time limit; only rank 0 acts on it (checkpoint, then
-    Shutdown). A Python handler rather than SIG_IGN, so child processes keep the default action."""
+    """SLURM may signal every rank before the time limit, and mpiexec -disable-auto-cleanup sends
+    SIGUSR1 to every rank when one ends; only rank 0 acts on either (checkpoint, or naming a dead
+    rank through its lifeline). A Python handler rather than SIG_IGN, so child processes keep the
+    default action."""
 
     def note(signum: int, _frame) -> None:
         logging.getLogger(__name__).info("signal %d: rank 0 decides when to stop", signum)
@@ -62,12 +68,14 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         chan.flush()
         return USER_ERROR_EXIT
     _logging(plan.config.logging.level, 0, Role.CONTROLLER)
+    lifelines = LifelineServer()
+    plan = dataclasses.replace(plan, lifeline=lifelines.address)
     for rank in range(1, chan.size):
         chan.send(rank, plan)
     try:
         from areal_hpc.controller.loop import Controller
 
-        return Controller(plan, prompts, chan).run()
+        return Controller(plan, prompts, chan, lifelines).run()
     except BaseException as e:
         traceback.print_exc()
         abort_job(chan.comm, f"rank 0 ({Role.CONTROLLER}) failed: {reason_of(e)}")
@@ -83,6 +91,7 @@ def _worker(chan: Channel) -> int:
         raise RuntimeError(f"rank {chan.rank}: expected the launch plan, got {msg!r:.200}")
     role, index = role_of(msg.config, chan.rank)
     _logging(msg.config.logging.level, chan.rank, f"{role} {index}")
+    hold_lifeline(msg.lifeline, chan.rank, lambda: chan.shutdown_seen)
     try:
         if role is Role.TRAINER:
             from areal_hpc.runtime import trainer_rank
@@ -102,6 +111,12 @@ def run(config: str, overrides: list[str]) -> int:
     from mpi4py import MPI
 
     chan = Channel(MPI.COMM_WORLD)
-    if chan.rank == 0:
-        return _controller(chan, config, overrides)
-    return _worker(chan)
+    try:
+        if chan.rank == 0:
+            return _controller(chan, config, overrides)
+        return _worker(chan)
+    finally:
+        # mpiexec -disable-auto-cleanup sends SIGUSR1 to the others whenever a rank exits, also
+        # after a clean end; Python resets its handlers to the default action (ending the process)
+        # while it exits, which would turn that clean end into a failure.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -41,7 +41,7 @@ from areal_hpc.trainer.ppo_loss import decoupled_ppo_terms, sft_loss_terms
 
 # Sums reduced over ranks for the metrics of a step, and maxima.
 _SUMS = ("loss", "tokens", "clipped", "capped", "behav_weight", "approx_kl", "mismatch", "mismatch_tokens")
-_MAXES = ("behav_weight_max", "mismatch_max")
+_MAXES = ("behav_weight_max", "mismatch_max", "dp_tokens")
 
 
 class TrainEngine:
@@ -330,7 +330,8 @@ class TrainEngine:
     def train_step(self, trajectories: list[Trajectory], total_steps: int | None = None) -> dict[str, float]:
         """One decoupled-PPO training step on the whole batch; version += 1. Returns metrics:
         loss, clip_fraction, masked_fraction, importance_weight_mean/max, approx_kl, grad_norm,
-        lr, advantage_mean, output_tokens, tokens, tokens_per_s, step_s, version and, with the
+        lr, advantage_mean, output_tokens, tokens, tokens_per_s, step_s, version, dp_imbalance (the
+        largest data-parallel rank's tokens over the mean: 1.0 is a perfect split) and, with the
         decoupled objective, mismatch_mean/max/tokens: |generator log-prob - pi_prox log-prob| over
         the tokens sampled by the current version (the train/inference mismatch)."""
         start = time.perf_counter()
@@ -350,7 +351,7 @@ class TrainEngine:
         shares = [self._share(mb, seqs) for mb in minibatches]
 
         sums: dict[str, float] = {}
-        maxes: dict[str, float] = {}
+        maxes: dict[str, float] = {"dp_tokens": float(sum(seqs[i].length for share in shares for i in share))}
         if ppo.decoupled:
             prox = self._forward_logprobs(seqs, sorted(i for share in shares for i in share))
             for i, lp in prox.items():
@@ -391,6 +392,7 @@ class TrainEngine:
             "tokens_per_s": batch_tokens / elapsed,
             "step_s": elapsed,
             "version": float(self.version),
+            "dp_imbalance": top["dp_tokens"] * self.ranks.dp_size / batch_tokens,
         }
         if ppo.decoupled:
             metrics["mismatch_tokens"] = total["mismatch_tokens"]

@@ -1,0 +1,109 @@
+"""Lifelines: one TCP connection from every worker rank to rank 0, so that a rank that dies is named.
+
+A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message, and MPI
+only notices when the launcher tears the whole job down, by which time rank 0 can no longer say
+which rank and role it was. The operating system closes a dead process's sockets at once, so rank 0
+sees its lifeline end within milliseconds, names the rank and aborts the job. The worker watches the
+same connection from its side: when rank 0 is gone without a Shutdown, it leaves instead of waiting
+forever. (Spawned children such as vLLM's engine core do not inherit the socket: it is close-on-exec.)
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from areal_hpc.runtime.network import node_address
+
+# Seconds a worker keeps trying to reach rank 0's lifeline listener.
+CONNECT_TIMEOUT_S = 60.0
+_RANK = struct.Struct("!i")
+
+
+class LifelineServer:
+    """Rank 0's end: accepts one lifeline per worker rank and reports the ranks whose line ended."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("", 0))
+        self._listener.setblocking(False)
+        self.address = (node_address(), self._listener.getsockname()[1])
+        self._lines: dict[socket.socket, int] = {}
+
+    def ended(self) -> list[int]:
+        """Ranks whose lifeline closed since the last call (their process is gone). Never blocks."""
+        self._accept()
+        if not self._lines:
+            return []
+        readable, _, _ = select.select(list(self._lines), [], [], 0)
+        gone = []
+        for line in readable:
+            try:
+                data = line.recv(1)
+            except OSError:
+                data = b""
+            if not data:
+                gone.append(self._lines.pop(line))
+                line.close()
+        return sorted(gone)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                line, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            line.settimeout(CONNECT_TIMEOUT_S)  # the worker sends its rank right after connecting
+            (rank,) = _RANK.unpack(_recv_exactly(line, _RANK.size))
+            line.setblocking(False)
+            self._lines[line] = rank
+
+    def close(self) -> None:
+        for line in self._lines:
+            line.close()
+        self._lines.clear()
+        self._listener.close()
+
+
+def _recv_exactly(line: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = line.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("lifeline closed before the rank was sent")
+        data += chunk
+    return data
+
+
+def hold(address: tuple[str, int], rank: int, expected_end: Callable[[], bool]) -> socket.socket:
+    """A worker's end: connect to rank 0 and watch the line in a daemon thread. If rank 0 goes away
+    while `expected_end()` is false, print why and leave at once with exit code 1."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            line = socket.create_connection(address, timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    line.sendall(_RANK.pack(rank))
+    line.settimeout(None)
+
+    def watch() -> None:
+        try:
+            while line.recv(1):
+                pass
+        except OSError:
+            pass
+        if not expected_end():
+            print(f"rank {rank}: rank 0 (controller) is gone; leaving", file=sys.stderr, flush=True)
+            os._exit(1)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+    return line
