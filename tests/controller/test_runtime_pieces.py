@@ -42,3 +42,6 @@ def test_fault_injection_only_where_asked(monkeypatch):
     fault.check("generator", 0, "step")
     with pytest.raises(fault.InjectedFault):
         fault.check("trainer", 0, "step")
+    assert fault.requested("trainer", 0, "step") and not fault.requested("trainer", 0, "join")
+    monkeypatch.setenv(fault.ENV, "trainer:0:step:stall")
+    assert not fault.requested("trainer", 0, "step")
