@@ -170,7 +170,8 @@ class Controller:
     def _finished(self) -> bool:
         if self.ckpt_requested or self.ckpt_in_progress is not None:
             return False
-        return self.stop_requested or (self.version >= self.total and not self.syncing)
+        # A weight update in flight completes first: a stop never leaves a generator mid-update.
+        return (self.stop_requested or self.version >= self.total) and not self.syncing
 
     def _until(self, done) -> None:
         """Run turns of the loop until `done()`."""

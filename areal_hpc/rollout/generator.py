@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,10 +74,31 @@ def _device(cfg: ExperimentConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class Generator:
-    """Owns one AsyncLLM engine loaded from a Hugging Face directory; use from one event loop."""
+# vLLM's CPU backend binds an engine's worker threads to the cores this variable names.
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
-    def __init__(self, cfg: ExperimentConfig, model_dir: str | Path, version: int = 0) -> None:
+
+def cpu_core_for(index: int) -> int | None:
+    """The core for the engine of generator `index` on a CPU node: one engine per core in turn.
+
+    Left to itself, vLLM binds every CPU engine of a node to the same core (measured: three
+    engines' worker threads all on core 0, so their weight updates ran one after another). None
+    when the user chose the binding with VLLM_CPU_OMP_THREADS_BIND."""
+    if CPU_BIND_ENV in os.environ:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[index % len(cores)]
+
+
+class Generator:
+    """Owns one AsyncLLM engine loaded from a Hugging Face directory; use from one event loop.
+
+    `cpu_core`: in the CPU profile, the core the engine's worker threads are bound to (see
+    `cpu_core_for`); None leaves the binding to vLLM."""
+
+    def __init__(
+        self, cfg: ExperimentConfig, model_dir: str | Path, version: int = 0, cpu_core: int | None = None
+    ) -> None:
         mode = cfg.generator.interrupt_mode
         if mode not in INTERRUPT_MODES:
             raise UserError(f"generator.interrupt_mode = {mode!r}: must be one of {INTERRUPT_MODES}")
@@ -84,6 +106,7 @@ class Generator:
         self.model_dir = str(model_dir)
         self.mode = mode
         self.device = _device(cfg)
+        self.cpu_core = cpu_core
         self._version = version
         self._engine = None
         self._ids = itertools.count()
@@ -135,7 +158,14 @@ class Generator:
             worker_extension_cls=_WORKER_EXTENSION,
             disable_log_stats=True,
         )
-        self._engine = AsyncLLM.from_engine_args(args)
+        bind = cpu and self.cpu_core is not None
+        if bind:  # read by the engine processes started now; restored for the next engine
+            os.environ[CPU_BIND_ENV] = str(self.cpu_core)
+        try:
+            self._engine = AsyncLLM.from_engine_args(args)
+        finally:
+            if bind:
+                del os.environ[CPU_BIND_ENV]
         await self._engine.update_weight_version(str(self._version))
         self._max_model_len = self._engine.model_config.max_model_len
         self._vocab_size = self._engine.model_config.get_vocab_size()

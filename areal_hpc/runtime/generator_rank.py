@@ -106,11 +106,11 @@ class GeneratorRank:
         from transformers import AutoTokenizer
 
         from areal_hpc.reward.pool import RewardPool
-        from areal_hpc.rollout.generator import Generator
+        from areal_hpc.rollout.generator import Generator, cpu_core_for
 
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or self.plan.model_dir)
-        gen = Generator(cfg, self.plan.model_dir)
+        gen = Generator(cfg, self.plan.model_dir, cpu_core=cpu_core_for(self.index))
         try:
             await gen.start()
             async with RewardPool(cfg.reward) as pool:

@@ -45,3 +45,15 @@ def test_fault_injection_only_where_asked(monkeypatch):
     assert fault.requested("trainer", 0, "step") and not fault.requested("trainer", 0, "join")
     monkeypatch.setenv(fault.ENV, "trainer:0:step:stall")
     assert not fault.requested("trainer", 0, "step")
+
+
+def test_cpu_engines_take_cores_in_turn_unless_the_user_binds(monkeypatch):
+    import os
+
+    from areal_hpc.rollout.generator import CPU_BIND_ENV, cpu_core_for
+
+    monkeypatch.delenv(CPU_BIND_ENV, raising=False)
+    cores = sorted(os.sched_getaffinity(0))
+    assert [cpu_core_for(i) for i in range(2 * len(cores))] == cores * 2
+    monkeypatch.setenv(CPU_BIND_ENV, "0-1")
+    assert cpu_core_for(0) is None
