@@ -44,5 +44,5 @@ lint: venv
 QUICKSTART_CONFIG := configs/experiments/quickstart.yaml
 quickstart: venv
 	$(PY) -m areal_hpc.data.warm_start $(QUICKSTART_CONFIG)
-	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -disable-auto-cleanup -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
+	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
 		--set checkpoint.resume=never

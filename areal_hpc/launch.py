@@ -1,6 +1,6 @@
 """`python -m areal_hpc.launch CONFIG [--set key=value ...]`: the entry point of every MPI rank.
 
-    .venv/bin/mpiexec -disable-auto-cleanup -n 3 .venv/bin/python -m areal_hpc.launch configs/experiments/tiny-cpu.yaml
+    .venv/bin/mpiexec -n 3 .venv/bin/python -m areal_hpc.launch configs/experiments/tiny-cpu.yaml
 
 Rank 0 becomes the controller, the next tp*pp*dp ranks the trainers, the rest the generators.
 Nothing here imports mpi4py or vLLM at import time: vLLM's engine process re-imports this module.
@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-# MPICH's mpiexec options for a job of this program. Without -disable-auto-cleanup, mpiexec kills
-# every rank the moment one dies, before rank 0 can say which rank and role it was; with it, rank 0
-# notices the dead rank's lifeline, names it and aborts the job itself (areal_hpc/runtime/lifeline.py).
-MPIEXEC_OPTIONS = ("-disable-auto-cleanup",)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

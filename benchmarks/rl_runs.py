@@ -12,7 +12,6 @@ from pathlib import Path
 
 from areal_hpc.config.load import load_config
 from areal_hpc.data.warm_start import ensure_prepared
-from areal_hpc.launch import MPIEXEC_OPTIONS
 from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
 
 CONFIG = "configs/experiments/quickstart.yaml"
@@ -25,7 +24,7 @@ def warm_model() -> Path:
 
 def run(run_dir: Path, overrides: list[str], timeout: float = 1800) -> tuple[list[dict], float]:
     """Launch one job into `run_dir`; returns its metrics records and wall seconds. Fails loudly."""
-    cmd = [str(MPIEXEC), *MPIEXEC_OPTIONS, "-n", "3", sys.executable, "-m", "areal_hpc.launch", CONFIG,
+    cmd = [str(MPIEXEC), "-n", "3", sys.executable, "-m", "areal_hpc.launch", CONFIG,
            "--set", f"logging.dir={run_dir}", "--set", "checkpoint.resume=never", "--set", "logging.tensorboard=false"]
     for o in overrides:
         cmd += ["--set", o]

@@ -1,11 +1,13 @@
 """Lifelines: one TCP connection from every worker rank to rank 0, so that a rank that dies is named.
 
-A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message, and MPI
-only notices when the launcher tears the whole job down, by which time rank 0 can no longer say
-which rank and role it was. The operating system closes a dead process's sockets at once, so rank 0
-sees its lifeline end within milliseconds, names the rank and aborts the job. The worker watches the
-same connection from its side: when rank 0 is gone without a Shutdown, it leaves instead of waiting
-forever. (Spawned children such as vLLM's engine core do not inherit the socket: it is close-on-exec.)
+A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message. mpiexec
+and srun --kill-on-bad-exit end the whole job at once and name the process themselves; where the
+launcher leaves the other ranks running, MPI would only notice on the next message to the dead
+rank, if ever. The operating system closes a dead process's sockets at once, so rank 0 sees its
+lifeline end within milliseconds, names the rank and role, and aborts the job. The worker watches
+the same connection from its side: when rank 0 is gone without a Shutdown, it leaves instead of
+waiting forever. (Spawned children such as vLLM's engine core do not inherit the socket: it is
+close-on-exec.)
 """
 
 from __future__ import annotations
@@ -27,27 +29,40 @@ _RANK = struct.Struct("!i")
 
 
 class LifelineServer:
-    """Rank 0's end: accepts one lifeline per worker rank and reports the ranks whose line ended."""
+    """Rank 0's end: accepts one lifeline per worker rank and reports the ranks whose line ended.
+    Never blocks: a line is known by its rank once its four bytes have arrived."""
 
     def __init__(self) -> None:
         self._listener = socket.create_server(("", 0))
         self._listener.setblocking(False)
         self.address = (node_address(), self._listener.getsockname()[1])
         self._lines: dict[socket.socket, int] = {}
+        self._unnamed: dict[socket.socket, bytes] = {}  # accepted, rank not yet (fully) received
 
     def ended(self) -> list[int]:
-        """Ranks whose lifeline closed since the last call (their process is gone). Never blocks."""
+        """Ranks whose lifeline closed since the last call (their process is gone)."""
         self._accept()
-        if not self._lines:
+        watched = [*self._lines, *self._unnamed]
+        if not watched:
             return []
-        readable, _, _ = select.select(list(self._lines), [], [], 0)
+        readable, _, _ = select.select(watched, [], [], 0)
         gone = []
         for line in readable:
             try:
-                data = line.recv(1)
+                data = line.recv(_RANK.size if line in self._unnamed else 1)
             except OSError:
                 data = b""
-            if not data:
+            if line in self._unnamed:
+                if not data:  # closed before saying who it was: not a worker's lifeline
+                    del self._unnamed[line]
+                    line.close()
+                    continue
+                got = self._unnamed.pop(line) + data
+                if len(got) < _RANK.size:
+                    self._unnamed[line] = got
+                else:
+                    (self._lines[line],) = _RANK.unpack(got[: _RANK.size])
+            elif not data:
                 gone.append(self._lines.pop(line))
                 line.close()
         return sorted(gone)
@@ -58,26 +73,15 @@ class LifelineServer:
                 line, _ = self._listener.accept()
             except BlockingIOError:
                 return
-            line.settimeout(CONNECT_TIMEOUT_S)  # the worker sends its rank right after connecting
-            (rank,) = _RANK.unpack(_recv_exactly(line, _RANK.size))
             line.setblocking(False)
-            self._lines[line] = rank
+            self._unnamed[line] = b""
 
     def close(self) -> None:
-        for line in self._lines:
+        for line in [*self._lines, *self._unnamed]:
             line.close()
         self._lines.clear()
+        self._unnamed.clear()
         self._listener.close()
-
-
-def _recv_exactly(line: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = line.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("lifeline closed before the rank was sent")
-        data += chunk
-    return data
 
 
 def hold(address: tuple[str, int], rank: int, expected_end: Callable[[], bool]) -> socket.socket:

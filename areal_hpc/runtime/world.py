@@ -44,10 +44,8 @@ def _logging(level: str, rank: int, role: str) -> None:
 
 
 def _worker_signals() -> None:
-    """SLURM may signal every rank before the time limit, and mpiexec -disable-auto-cleanup sends
-    SIGUSR1 to every rank when one ends; only rank 0 acts on either (checkpoint, or naming a dead
-    rank through its lifeline). A Python handler rather than SIG_IGN, so child processes keep the
-    default action."""
+    """SLURM may signal every rank before the time limit; only rank 0 acts on it (checkpoint, then
+    Shutdown). A Python handler rather than SIG_IGN, so child processes keep the default action."""
 
     def note(signum: int, _frame) -> None:
         logging.getLogger(__name__).info("signal %d: rank 0 decides when to stop", signum)
@@ -111,12 +109,6 @@ def run(config: str, overrides: list[str]) -> int:
     from mpi4py import MPI
 
     chan = Channel(MPI.COMM_WORLD)
-    try:
-        if chan.rank == 0:
-            return _controller(chan, config, overrides)
-        return _worker(chan)
-    finally:
-        # mpiexec -disable-auto-cleanup sends SIGUSR1 to the others whenever a rank exits, also
-        # after a clean end; Python resets its handlers to the default action (ending the process)
-        # while it exits, which would turn that clean end into a failure.
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if chan.rank == 0:
+        return _controller(chan, config, overrides)
+    return _worker(chan)

@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_hpc.launch import MPIEXEC_OPTIONS
-
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 CONFIG = "configs/experiments/tiny-cpu.yaml"
 
@@ -23,7 +21,7 @@ class Job:
 
 
 def job_command(n: int, overrides: list[str], config: str = CONFIG) -> list[str]:
-    cmd = [str(MPIEXEC), *MPIEXEC_OPTIONS, "-n", str(n), sys.executable, "-m", "areal_hpc.launch", config]
+    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, "-m", "areal_hpc.launch", config]
     for o in overrides:
         cmd += ["--set", o]
     return cmd

@@ -116,11 +116,10 @@ def killed_and_resumed(tmp_path_factory, tiny_model_dir):
     }
 
 
-def test_killed_rank_is_named_and_ends_the_job_quickly(killed_and_resumed):
+def test_killed_rank_ends_the_job_quickly(killed_and_resumed):
     r = killed_and_resumed
     assert r["first_rc"] != 0
     assert r["exit_s"] < 30, r["first_output"][-3000:]
-    assert "error: rank 2 (generator 0) died without reporting an error" in r["first_output"], r["first_output"][-3000:]
     assert not r["orphans"], "processes of the killed job were left running"
 
 
