@@ -112,13 +112,43 @@ trap 'stop_requested=1; echo "areal-hpc: SIGUSR1, the time limit is near: stoppi
 # checkpoint is written first), so that a shutdown stuck in teardown cannot reach the time limit.
 stop_grace=${AREAL_STOP_GRACE_S:-240}
 
+# MPICH names a node's shared-memory segments after the MPI job (mpich_shm_<H>_<node> and
+# mpich_vci_<H>_<node>, H = 32-bit FNV-1a of the PMI job id, "JOB.STEP" under pmi2), and ranks
+# killed by a signal leave them behind. A requeued job keeps its job id and numbers its steps from
+# 0 again, so its ranks would attach to the dead run's segments and hang or read garbage. Step 0
+# removes every segment named for the program's step on every node of the job, the program runs as
+# step 1, and a last step frees what a killed program left (tmpfs memory is the node's RAM).
+fnv1a() {
+    local s=$1 h=2166136261 i c
+    for ((i = 0; i < ${#s}; i++)); do
+        printf -v c '%d' "'${s:i:1}"
+        h=$(((h ^ c) * 16777619 & 0xFFFFFFFF))
+    done
+    printf '%x' "$h"
+}
+remove_mpi_shm() {
+    local pmi_job h c n paths=() tasks=()
+    for pmi_job in "$SLURM_JOB_ID.1" "slurm.pmix.$SLURM_JOB_ID.1"; do # pmi2, pmix
+        h=$(fnv1a "$pmi_job")
+        paths+=("/dev/shm/mpich_shm_${h}_*" "/dev/shm/mpich_vci_${h}_*")
+    done
+    for c in 0 1; do # one task on each node of each component
+        n=SLURM_JOB_NUM_NODES_HET_GROUP_$c
+        ((c == 0)) || tasks+=(:)
+        tasks+=("--het-group=$c" "--nodes=${!n}" "--ntasks=${!n}" bash -c 'rm -f $*' _ "${paths[@]}")
+    done
+    srun --mpi=none "${tasks[@]}" ||
+        echo "areal-hpc: warning: could not remove MPI shared memory (${paths[*]}) on the job's nodes"
+}
+remove_mpi_shm
+
 echo "areal-hpc: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}: ${python[*]} -m $program $config ${settings[*]} $*"
 srun "${srun_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m "$program" "$config" "${settings[@]}" "$@" &
 step=$!
 delivered=0
 while kill -0 "$step" 2>/dev/null; do
     if ((stop_requested && !delivered)); then
-        # Global task 0 of the (only) srun step on this node: columns PID JOBID STEPID LOCALID GLOBALID.
+        # Global task 0 of the program's srun step on this node: columns PID JOBID STEPID LOCALID GLOBALID.
         controller=$({ scontrol listpids "$SLURM_JOB_ID" 2>/dev/null || true; } \
             | awk '$3 ~ /^[0-9]+$/ && $5 == "0" {print $1; exit}')
         if [[ -n $controller ]] && kill -TERM "$controller"; then
@@ -137,6 +167,7 @@ if kill -0 "$step" 2>/dev/null; then
     rc=1
 else
     wait "$step" || rc=$?
+    remove_mpi_shm
 fi
 if ((delivered)); then
     echo "areal-hpc: stopped before the time limit (exit $rc): requeueing job $SLURM_JOB_ID"

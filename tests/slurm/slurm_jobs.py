@@ -43,9 +43,11 @@ class Cluster:
         return subprocess.run(cmd, env=kw.pop("env", self.env), capture_output=True, text=True,
                               timeout=timeout, check=True, **kw)
 
-    def sbatch(self, script: Path, *args: str, output: Path, env: dict[str, str] | None = None) -> str:
-        """Submit as a user does (cwd: repository root); `env` adds to the environment."""
-        out = self.run("sbatch", "--parsable", f"--output={output}", str(script), *args,
+    def sbatch(self, script: Path, *args: str, output: Path, env: dict[str, str] | None = None,
+               options: tuple[str, ...] = ()) -> str:
+        """Submit as a user does (cwd: repository root): `options` go to sbatch, `args` to the
+        script; `env` adds to the environment."""
+        out = self.run("sbatch", "--parsable", f"--output={output}", *options, str(script), *args,
                        env={**self.env, **(env or {})}, cwd=REPO)
         return out.stdout.strip().split(";")[0]
 
@@ -83,8 +85,3 @@ def write_script(tmp_path: Path, config: str, overrides: list[str], named: str |
 def probe_runs(run_dir: Path) -> list[dict]:
     path = run_dir / "probe.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-def explain(cluster: Cluster, output: Path) -> str:
-    text = output.read_text() if output.is_file() else "(no job output)"
-    return f"job output:\n{text}\nslurmctld:\n{cluster.log_tail()}"

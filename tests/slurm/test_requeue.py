@@ -12,6 +12,7 @@ its step count after every step and resumes from it, as checkpoint.resume=auto d
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -22,11 +23,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 STEPS = 10
 
 
-def start_job(cluster: Cluster, tmp_path: Path, steps: int = STEPS, **env: str) -> tuple[str, Path, Path]:
+def start_job(cluster: Cluster, tmp_path: Path, steps: int = STEPS, options: tuple[str, ...] = (),
+              **env: str) -> tuple[str, Path, Path]:
     run_dir = tmp_path / "run"
     script = write_script(tmp_path, TINY, [f"logging.dir={run_dir}", f"total_steps={steps}"])
     output = tmp_path / "job.out"
-    job = cluster.sbatch(script, output=output,
+    job = cluster.sbatch(script, output=output, options=options,
                          env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "1", **env})
     return job, run_dir, output
 
@@ -96,3 +98,37 @@ def test_node_failure_requeues_and_resumes(slurm_cluster: Cluster, tmp_path: Pat
     assert resumed["restart"] == 1 and resumed["start_step"] >= 2
     assert (resumed["end_step"], resumed["stopped"]) == (STEPS, "completed")
     assert "NODE FAILURE" in output.read_text()
+
+
+def mpich_segments(job: str, step: int) -> str:
+    """The glob of MPICH's node shared memory for a job step under pmi2: mpich_shm_<H>_<node>,
+    H the 32-bit FNV-1a hash of "JOB.STEP" (MPICH's MPIR_Process.world_id)."""
+    h = 2166136261
+    for byte in f"{job}.{step}".encode():
+        h = (h ^ byte) * 16777619 & 0xFFFFFFFF
+    return f"mpich_shm_{h:x}_*"
+
+
+def test_stale_mpi_shared_memory_of_the_job_is_removed_before_launch(
+        slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """A rank killed by a signal leaves its node's MPICH segments behind, and a requeued job has the
+    same job and step ids: its ranks would attach to them. Empty segments stand in for a dead run's
+    (attaching to one waits forever for its size); the script must remove them first."""
+    job, run_dir, output = start_job(slurm_cluster, tmp_path, steps=4, options=("--hold",))
+    shm = Path("/dev/shm")
+    planted = [shm / mpich_segments(job, 1).replace("*", str(node)) for node in (0, 1)]
+    try:
+        for path in planted:
+            path.touch()
+        slurm_cluster.run("scontrol", "release", job)
+        wait_for_step(slurm_cluster, run_dir, output, 1, timeout=60)
+        # The naming rule is MPICH's own: the running program's segments are the ones it names.
+        live = sorted(shm.glob(mpich_segments(job, 1)))
+        assert [p.name for p in live] == [p.name for p in planted] and all(p.stat().st_size for p in live)
+        comps = slurm_cluster.wait(job)
+    finally:  # nothing of the job left running, nothing planted left behind
+        subprocess.run(["scancel", job], env=slurm_cluster.env, capture_output=True, check=False)
+        for path in planted:
+            path.unlink(missing_ok=True)
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert [r["stopped"] for r in probe_runs(run_dir)] == ["completed"]
