@@ -27,5 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.config, args.overrides)
 
 
-if __name__ == "__main__":
+if __name__ == "__mp_main__":  # this module, re-imported in a child a rank spawned (vLLM's engine)
+    from areal_hpc.runtime.parent_death import die_with_parent
+
+    die_with_parent()
+elif __name__ == "__main__":
     sys.exit(main())

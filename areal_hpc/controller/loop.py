@@ -57,6 +57,8 @@ from areal_hpc.runtime.transport import POLL_S, Channel
 log = logging.getLogger(__name__)
 LEDGER_FILE = "ledger.jsonl"
 WEIGHTS_FILE = "weights.jsonl"
+# Seconds rank 0 watches the lifelines after a worker reports an error, for a dead peer behind it.
+DEAD_PEER_GRACE_S = 1.0
 
 
 def least_loaded(load: dict[int, int]) -> int:
@@ -248,13 +250,25 @@ class Controller:
     def _check_lifelines(self) -> None:
         """A worker whose lifeline ended died without reporting (kill -9, the OOM killer, a lost
         node): name it and end the job."""
-        for rank in self.lifelines.ended():
-            role, index = role_of(self.cfg, rank)
-            abort_job(
-                self.chan.comm,
-                f"rank {rank} ({role} {index}) died without reporting an error"
-                " (its process ended: killed by a signal, the out-of-memory killer or a lost node)",
-            )
+        dead = self.lifelines.ended()
+        if dead:
+            abort_job(self.chan.comm, "; ".join(self._died(rank) for rank in dead))
+
+    def _died(self, rank: int) -> str:
+        role, index = role_of(self.cfg, rank)
+        return (f"rank {rank} ({role} {index}) died without reporting an error"
+                " (its process ended: killed by a signal, the out-of-memory killer or a lost node)")
+
+    def _on_worker_failed(self, failed: WorkerFailed) -> None:
+        """A worker's error is often the echo of a peer's death (its collective lost the peer):
+        a rank whose lifeline ends within DEAD_PEER_GRACE_S is named first, as the cause."""
+        deadline = time.monotonic() + DEAD_PEER_GRACE_S
+        dead = self.lifelines.ended()
+        while not dead and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            dead = self.lifelines.ended()
+        causes = [self._died(rank) for rank in dead]
+        abort_job(self.chan.comm, "; ".join([*causes, ("then " if causes else "") + describe(failed)]))
 
     # ---- messages -------------------------------------------------------------------------
 
@@ -272,7 +286,7 @@ class Controller:
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint_saved(msg)
         elif isinstance(msg, WorkerFailed):
-            abort_job(self.chan.comm, describe(msg))
+            self._on_worker_failed(msg)
         else:
             raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
 

@@ -3,8 +3,9 @@
 A worker that raises sends WorkerFailed to rank 0 and waits to be aborted; rank 0 prints the
 rank, role and reason and calls MPI_Abort, which makes mpiexec (or srun) kill every rank and exit
 non-zero. If rank 0 cannot do it in time, the worker leaves with os._exit, which the launcher
-also treats as a failure of the job. A rank killed outright (kill -9) is detected by the launcher
-in the same way.
+also treats as a failure of the job. A rank killed outright (kill -9) is seen by the launcher too,
+and by rank 0 through the rank's lifeline (runtime/lifeline.py); the rank's children die with it
+(runtime/parent_death.py).
 """
 
 from __future__ import annotations

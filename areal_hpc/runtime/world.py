@@ -3,7 +3,9 @@
 Order matters for clear failures: rank 0 loads the config, checks the MPI world size against it,
 finds the model directory and loads the data before any process group exists; the other ranks
 wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutdown. With the
-plan every worker connects its lifeline to rank 0, so a rank that dies without a word is named.
+plan every worker connects its lifeline to rank 0, so a rank that dies without a word is named
+(under srun, which gives the others SIGTERM before SIGKILL; mpiexec kills them at once and names
+the process itself).
 """
 
 from __future__ import annotations

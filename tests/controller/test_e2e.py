@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from job_processes import MARKER, job_groups, leftovers, rank_pid
 from mpi_jobs import job_command, job_env, run_job
 
 from areal_hpc.controller import checkpoint as ck
@@ -45,33 +46,6 @@ def steps_done(run_dir: Path) -> int:
     return max((r["step"] for r in read_jsonl(path) if "trained_tokens" in r), default=0)
 
 
-def rank_pid(rank: int, marker: str) -> int:
-    """The process of MPI rank `rank` of our job: MPICH gives each rank PMI_RANK."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"AREAL_TEST_JOB={marker}".encode() in env and f"PMI_RANK={rank}".encode() in env:
-            cmdline = (proc / "cmdline").read_bytes()
-            if b"areal_hpc.launch" in cmdline:
-                return int(proc.name)
-    raise LookupError(f"no process of rank {rank} in job {marker}")
-
-
-def leftovers(marker: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and f"AREAL_TEST_JOB={marker}".encode() in (proc / "environ").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
 def wait_for(what: str, done, proc: subprocess.Popen, timeout: float = 420) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -89,7 +63,7 @@ def killed_and_resumed(tmp_path_factory, tiny_model_dir):
     checkpoints = run_dir / "checkpoints"
     marker = uuid.uuid4().hex
     proc = subprocess.Popen(
-        job_command(3, overrides(run_dir, tiny_model_dir, interval=0)), env=job_env(AREAL_TEST_JOB=marker),
+        job_command(3, overrides(run_dir, tiny_model_dir, interval=0)), env=job_env(**{MARKER: marker}),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -98,6 +72,7 @@ def killed_and_resumed(tmp_path_factory, tiny_model_dir):
         wait_for("its checkpoint", lambda: ck.latest_complete(checkpoints) is not None, proc)
         saved = ck.ControllerState.load(ck.latest_complete(checkpoints)).version
         wait_for("a step after the checkpoint", lambda: steps_done(run_dir) > saved, proc)
+        groups = job_groups(marker)
         os.kill(rank_pid(2, marker), signal.SIGKILL)
         killed_at = time.monotonic()
         first_output, _ = proc.communicate(timeout=60)
@@ -106,7 +81,7 @@ def killed_and_resumed(tmp_path_factory, tiny_model_dir):
         if proc.poll() is None:
             proc.kill()
     time.sleep(2)
-    orphans = leftovers(marker)
+    orphans = leftovers(marker, groups)
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
     second = run_job(3, overrides(run_dir, tiny_model_dir), timeout=420)
@@ -120,7 +95,7 @@ def test_killed_rank_ends_the_job_quickly(killed_and_resumed):
     r = killed_and_resumed
     assert r["first_rc"] != 0
     assert r["exit_s"] < 30, r["first_output"][-3000:]
-    assert not r["orphans"], "processes of the killed job were left running"
+    assert not r["orphans"], f"processes of the killed job were left running: {r['orphans']}"
 
 
 def test_resume_continues_from_the_last_checkpoint(killed_and_resumed):

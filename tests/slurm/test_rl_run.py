@@ -2,15 +2,20 @@
 local SLURM with the script's own program (the launcher): controller and Megatron trainer in
 component 0 (partition train), the vLLM generator in component 1 (partition rollout), one MPI
 world. Mid-run the time-limit signal stops it; the job is requeued, resumes from the checkpoint
-and completes, and the metrics show every step once."""
+and completes, and the metrics show every step once. In another run a generator rank is killed
+with SIGKILL: rank 0 names it and nothing of the job is left running."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from job_processes import MARKER, describe, job_groups, leftovers, rank_pid
 from slurm_jobs import TINY, Cluster, write_script
 
 from areal_hpc.config.load import load_config
@@ -24,12 +29,11 @@ def trained_steps(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir / METRICS_FILE) if "trained_tokens" in r]
 
 
-@pytest.fixture(scope="module")
-def requeued_run(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path]:
+    """The tiny run through the rendered script with the script's default program (the launcher)."""
     from areal_hpc.data.warm_start import ensure_prepared
 
     model = ensure_prepared(load_config(TINY)).resolve()  # cached per machine; minutes the first time
-    tmp = tmp_path_factory.mktemp("rl-run")
     run_dir = tmp / "run"
     overrides = [
         f"logging.dir={run_dir}", f"model.path={model}", f"total_steps={STEPS}", f"rollout.eta={ETA}",
@@ -38,14 +42,23 @@ def requeued_run(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactor
         "logging.tensorboard=false",
     ]
     output = tmp / "job.out"
-    # No AREAL_PROGRAM: the script's default program, the launcher.
-    job = slurm_cluster.sbatch(write_script(tmp, TINY, overrides), output=output,
-                               env={"VLLM_LOGGING_LEVEL": "WARNING", "AREAL_STOP_GRACE_S": "120"})
+    job = cluster.sbatch(write_script(tmp, TINY, overrides), output=output,
+                         env={"VLLM_LOGGING_LEVEL": "WARNING", "AREAL_STOP_GRACE_S": "120", **env})
+    return job, run_dir, output
+
+
+def wait_for_steps(cluster: Cluster, job: str, run_dir: Path, output: Path, steps: int) -> None:
     deadline = time.monotonic() + 900
-    while len(trained_steps(run_dir)) < STOP_AFTER:
-        states = [c["JobState"] for c in slurm_cluster.components(job)]
-        assert time.monotonic() < deadline and set(states) <= {"PENDING", "RUNNING"}, slurm_cluster.explain(output)
+    while len(trained_steps(run_dir)) < steps:
+        states = [c["JobState"] for c in cluster.components(job)]
+        assert time.monotonic() < deadline and set(states) <= {"PENDING", "RUNNING"}, cluster.explain(output)
         time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def requeued_run(slurm_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    job, run_dir, output = submit_run(slurm_cluster, tmp_path_factory.mktemp("rl-run"))
+    wait_for_steps(slurm_cluster, job, run_dir, output, STOP_AFTER)
     slurm_cluster.run("scancel", "--batch", "--signal=USR1", job)
     comps = slurm_cluster.wait(job, timeout=1200)
     return {"job": job, "comps": comps, "run_dir": run_dir, "output": output, "log": output.read_text(),
@@ -76,3 +89,22 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), requeued_run["explain"]
     assert all(r["effective_tokens_per_s"] > 0 and r["staleness_max"] <= ETA for r in steps)
     assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
+
+
+def test_a_killed_generator_is_named_by_rank_0(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """kill -9 of a generator rank: srun ends the step (SIGTERM, then SIGKILL after KillWait), and
+    in between the controller names the dead rank from its lifeline; nothing is left running."""
+    marker = uuid.uuid4().hex
+    job, run_dir, output = submit_run(slurm_cluster, tmp_path, **{MARKER: marker})
+    wait_for_steps(slurm_cluster, job, run_dir, output, 1)
+    groups = job_groups(marker)
+    os.kill(rank_pid(2, marker), signal.SIGKILL)
+    comps = slurm_cluster.wait(job, timeout=120)
+    assert [c["JobState"] for c in comps] == ["FAILED", "FAILED"], slurm_cluster.explain(output)
+    assert "rank 2 (generator 0) died without reporting an error" in output.read_text(), \
+        slurm_cluster.explain(output)
+    deadline = time.monotonic() + 30
+    while leftovers(marker, groups) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = leftovers(marker, groups)
+    assert not left, f"processes of the failed job were left running: {describe(left)}"

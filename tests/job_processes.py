@@ -1,0 +1,74 @@
+"""The processes of one test job, found by a marker variable in their environment (AREAL_TEST_JOB),
+which mpiexec and srun pass to every rank and the ranks pass to their children. vLLM's engine
+renames itself over its environment (setproctitle), so a rank's children are also found by process
+group: mpiexec and srun start every rank as the leader of its own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MARKER = "AREAL_TEST_JOB"
+
+
+def _environ(proc: Path) -> list[bytes] | None:
+    try:
+        return (proc / "environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return None
+
+
+def job_pids(marker: str) -> list[int]:
+    """Every live process of the job: ranks and their children."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and f"{MARKER}={marker}".encode() in (_environ(p) or [])]
+
+
+def job_groups(marker: str) -> set[int]:
+    """The process groups of the job's live ranks (take it while they run); never the caller's,
+    which holds the launcher (mpiexec, srun) that also carries the marker."""
+    groups = set()
+    for pid in job_pids(marker):
+        try:
+            if b"PMI_RANK=" in b"\0".join(_environ(Path(f"/proc/{pid}")) or []):
+                groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            continue
+    return groups - {os.getpgid(0)}
+
+
+def leftovers(marker: str, groups: set[int]) -> list[int]:
+    """Processes still alive of the job or of its ranks' process groups."""
+    found = set(job_pids(marker))
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if os.getpgid(int(p.name)) in groups:
+                    found.add(int(p.name))
+            except ProcessLookupError:
+                continue
+    return sorted(found)
+
+
+def rank_pid(rank: int, marker: str) -> int:
+    """The launcher process of MPI rank `rank` (MPICH's mpiexec and SLURM's pmi2 set PMI_RANK)."""
+    for pid in job_pids(marker):
+        env = _environ(Path(f"/proc/{pid}")) or []
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"PMI_RANK={rank}".encode() in env and b"areal_hpc.launch" in cmdline:
+            return pid
+    raise LookupError(f"no process of rank {rank} in job {marker}")
+
+
+def describe(pids: list[int]) -> dict[int, str]:
+    """Command lines, for failure messages."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            out[pid] = "(gone)"
+    return out
