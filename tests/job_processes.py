@@ -37,8 +37,18 @@ def job_groups(marker: str) -> set[int]:
     return groups - {os.getpgid(0)}
 
 
+def _running(pid: int) -> bool:
+    """Alive and not on its way out: zombies, and processes whose memory is already released (an
+    empty command line), have ended, even if their parent has not collected them yet."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        return state not in "ZX" and bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except (OSError, IndexError):
+        return False
+
+
 def leftovers(marker: str, groups: set[int]) -> list[int]:
-    """Processes still alive of the job or of its ranks' process groups."""
+    """Processes still running of the job or of its ranks' process groups."""
     found = set(job_pids(marker))
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -47,7 +57,7 @@ def leftovers(marker: str, groups: set[int]) -> list[int]:
                     found.add(int(p.name))
             except ProcessLookupError:
                 continue
-    return sorted(found)
+    return sorted(pid for pid in found if _running(pid))
 
 
 def rank_pid(rank: int, marker: str) -> int:
