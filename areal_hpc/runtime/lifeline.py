@@ -3,11 +3,11 @@
 A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message. mpiexec
 kills the other ranks at once and names the process itself; srun --kill-on-bad-exit sends them
 SIGTERM and only KillWait seconds later SIGKILL, and where a launcher leaves them running, MPI
-would only notice on the next message to the dead rank, if ever. The operating system closes a dead process's sockets at once, so rank 0 sees its
-lifeline end within milliseconds, names the rank and role, and aborts the job. The worker watches
-the same connection from its side: when rank 0 is gone without a Shutdown, it leaves instead of
-waiting forever. (Spawned children such as vLLM's engine core do not inherit the socket: it is
-close-on-exec.)
+would only notice on the next message to the dead rank, if ever. The operating system closes a
+dead process's sockets at once, so rank 0 sees its lifeline end within milliseconds, names the
+rank and role, and aborts the job. The worker watches the same connection from its side: when
+rank 0 is gone without a Shutdown, it leaves instead of waiting forever. (Spawned children such as
+vLLM's engine core do not inherit the socket: it is close-on-exec.)
 """
 
 from __future__ import annotations
