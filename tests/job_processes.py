@@ -37,7 +37,7 @@ def job_groups(marker: str) -> set[int]:
     return groups - {os.getpgid(0)}
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not on its way out: zombies, and processes whose memory is already released (an
     empty command line), have ended, even if their parent has not collected them yet."""
     try:
@@ -57,7 +57,7 @@ def leftovers(marker: str, groups: set[int]) -> list[int]:
                     found.add(int(p.name))
             except ProcessLookupError:
                 continue
-    return sorted(pid for pid in found if _running(pid))
+    return sorted(pid for pid in found if running(pid))
 
 
 def rank_pid(rank: int, marker: str) -> int:

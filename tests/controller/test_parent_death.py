@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from job_processes import running
 
 # A middle process starts a child that sleeps (after asking to die with its parent when `guarded`)
 # and prints the child's pid; then the test kills the middle process.
@@ -23,14 +24,6 @@ time.sleep(120)
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("guarded", [True, False])
 def test_child_dies_with_its_killed_parent(guarded: bool) -> None:
     middle = subprocess.Popen([sys.executable, "-c", MIDDLE, "1" if guarded else "0"],
@@ -40,10 +33,10 @@ def test_child_dies_with_its_killed_parent(guarded: bool) -> None:
         os.kill(middle.pid, signal.SIGKILL)
         middle.wait()
         deadline = time.monotonic() + 5
-        while alive(child) and time.monotonic() < deadline:
+        while running(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         # Unguarded, the orphan lives on: the case the guard exists for.
-        assert alive(child) is not guarded
+        assert running(child) is not guarded
     finally:
-        if alive(child):
+        if running(child):
             os.kill(child, signal.SIGKILL)
