@@ -100,10 +100,20 @@ class RolloutConfig:
     max_prompt_len: int = 128
     # Most generated tokens per sample.
     max_new_tokens: int = 256
+    # Sampling temperature. The generator reports the log-probs of the distribution it samples
+    # from (softmax(logits / temperature)) and the trainer computes the same, so pi_behav and
+    # pi_prox agree at any temperature.
     temperature: float = 1.0
+    # Top-p and top-k truncation must stay off (1.0 and -1): the trainer's log-probs are over the
+    # whole vocabulary, and a truncated behaviour distribution would bias the PPO weights.
     top_p: float = 1.0
-    # -1 disables top-k.
     top_k: int = -1
+    # When a complete batch may train: "admission" (AReaL's rule, the paper's) trains as soon as a
+    # batch is ready and bounds only when prompts may start, so a straggler can be trained older
+    # than eta; "strict" also waits until no prompt in flight would be trained more than eta
+    # versions after it started (trained staleness exactly <= eta; the trainer waits for
+    # stragglers, 1.1-1.8x slower at eta <= 4 in the simulator; benchmarks/staleness_gate.py).
+    staleness_gate: str = "admission"
 
 
 @dataclass
@@ -120,7 +130,13 @@ class PPOConfig:
     minibatches: int = 4
     # Decoupled objective (recompute pi_prox); false gives standard PPO with pi_prox = pi_behav.
     decoupled: bool = True
-    # Advantage normalisation: "global" (whole batch), "group" (per prompt, GRPO) or "none".
+    # Advantage normalisation, one advantage per trajectory (the reward at its end):
+    # "global": minus the batch mean, over the batch std, both weighted by output tokens (each
+    #   trajectory counts once per token) with the population std (the paper's setting);
+    # "group": per prompt, minus the group mean, over the group's population std, each sample
+    #   weighted equally;
+    # "grpo": per prompt, minus the group mean, over the group's unbiased (n - 1) std (GRPO);
+    # "none": the raw reward.
     adv_norm: str = "global"
 
 
@@ -185,6 +201,11 @@ class RewardConfig:
 
     # "math" (final-answer verification) or "code" (test execution in a sandbox).
     kind: str = "math"
+    # Math: where an answer is looked for when a response has no \boxed{...}, in order:
+    # "answer_phrase" (the last "answer is X" / "Answer: X") and "last_number" (the last number in
+    # the text: rewards lucky truncations and guesses, so only for models that cannot box). [] for
+    # boxed answers only (the paper's experiments).
+    math_fallbacks: list[str] = field(default_factory=lambda: ["answer_phrase"])
     # Reward of a correct and of a wrong answer (paper: +5 / -5).
     correct: float = 5.0
     wrong: float = -5.0

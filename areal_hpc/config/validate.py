@@ -14,11 +14,17 @@ CHOICES = {
     "trainer.params_dtype": ("fp32", "bf16", "fp16"),
     "generator.interrupt_mode": ("abort", "keep"),
     "generator.dtype": ("fp32", "bf16", "fp16"),
-    "ppo.adv_norm": ("global", "group", "none"),
+    "ppo.adv_norm": ("global", "group", "grpo", "none"),
+    "rollout.staleness_gate": ("strict", "admission"),
     "reward.kind": ("math", "code"),
     "reward.code.backend": ("auto", "bwrap", "unshare", "rlimits"),
     "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
     "cluster.mpi": ("pmix", "pmi2", "none"),
+}
+
+# Options whose value is a list, each element one of these.
+LIST_CHOICES = {
+    "reward.math_fallbacks": ("answer_phrase", "last_number"),
 }
 
 # (key, predicate, requirement as the user reads it)
@@ -54,8 +60,13 @@ RANGES = [
     ("rollout.max_prompt_len", lambda v: v >= 1, ">= 1"),
     ("rollout.max_new_tokens", lambda v: v >= 1, ">= 1"),
     ("rollout.temperature", lambda v: v >= 0, ">= 0"),
-    ("rollout.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("rollout.top_k", lambda v: v == -1 or v >= 1, "-1 (off) or >= 1"),
+    # The trainer's log-probs (pi_prox, pi_theta) are those of softmax(logits / temperature) over
+    # the whole vocabulary; with top-p or top-k the generator samples from a truncated distribution
+    # the trainer does not compute, which biases every importance weight.
+    ("rollout.top_p", lambda v: v == 1.0,
+     "1.0 (the trainer's log-probs do not apply top-p truncation, so the PPO weights would be biased)"),
+    ("rollout.top_k", lambda v: v == -1,
+     "-1 (the trainer's log-probs do not apply top-k truncation, so the PPO weights would be biased)"),
     ("ppo.clip_eps", lambda v: 0 < v < 1, "in (0, 1)"),
     ("ppo.dual_clip", lambda v: v is None or v > 1, "null or > 1"),
     ("ppo.behav_imp_weight_cap", lambda v: v is None or v > 1, "null or > 1"),
@@ -102,6 +113,11 @@ def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
         value = get(cfg, key)
         if value not in allowed:
             problems.append(f"{key} = {value!r}: must be one of {', '.join(allowed)}")
+    for key, allowed in LIST_CHOICES.items():
+        value = get(cfg, key)
+        bad = [v for v in value if v not in allowed]
+        if bad or len(set(value)) != len(value):
+            problems.append(f"{key} = {list(value)!r}: must list distinct items of {', '.join(allowed)}")
     return problems
 
 

@@ -99,11 +99,12 @@ class Controller:
         self.stream = PromptStream(len(prompts.train), cfg.seed, cfg.data.shuffle)
         self.counters: dict[str, float] = {"elapsed_s": 0.0, "trained_tokens": 0.0, "generated_tokens": 0.0}
         if plan.resume_dir is None:
-            self.sm = StalenessManager(r.eta, r.batch_prompts, r.max_concurrent)
+            self.sm = StalenessManager(r.eta, r.batch_prompts, r.max_concurrent, r.staleness_gate)
             self.buffer = TrajectoryBuffer()
         else:
             state = ckpt.ControllerState.load(plan.resume_dir)
-            self.sm = StalenessManager.from_state(state.staleness, r.eta, r.batch_prompts, r.max_concurrent)
+            self.sm = StalenessManager.from_state(state.staleness, r.eta, r.batch_prompts, r.max_concurrent,
+                                                  r.staleness_gate)
             self.buffer = TrajectoryBuffer.from_state(state.buffer)
             self.stream.load_state_dict(state.stream)
             ckpt.set_rng_state(self.rng, state.rng)

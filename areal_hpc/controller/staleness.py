@@ -7,11 +7,15 @@ one training batch. A request may start while
 
 the paper's rule floor((N_r - 1) / B) <= version + eta in capacity form; eta = 0 is synchronous
 RL. Admission alone does not bound the staleness of a slow prompt: faster prompts admitted after
-it could fill the batches while it is still generating. So a batch trained at `version` also waits
-until every prompt left untrained after it can still be trained in time: prompt P submitted at
-version v_P must be trained at a version <= v_P + eta, and later batches have B slots each (an
-earliest-deadline-first feasibility check). Every trained prompt then started at a version
->= version - eta, and the trainer waits for a straggler only when it must.
+it could fill the batches while it is still generating. Two training gates (rollout.staleness_gate):
+- "strict": a batch trained at `version` also waits until every prompt left untrained after it
+  can still be trained in time: prompt P submitted at version v_P must be trained at a version
+  <= v_P + eta, and later batches have B slots each (an earliest-deadline-first feasibility check).
+  Every trained prompt then started at a version >= version - eta, and the trainer waits for a
+  straggler when it must.
+- "admission" (AReaL's rule): a complete batch trains at once; only admission is bounded, so a
+  straggler may be trained more than eta versions after it started, and the trainer never waits
+  for one. With eta = 0 both are synchronous RL: admission lets only the current batch start.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ class StalenessManager:
     eta: int
     batch_prompts: int
     max_concurrent: int
+    # Training gate, "strict" or "admission" (see the module docstring).
+    gate: str = "strict"
     # Policy version: training steps completed.
     version: int = 0
     # Prompts whose every sample came back and was kept, since the start of training.
@@ -59,9 +65,16 @@ class StalenessManager:
             raise RuntimeError(f"policy version went back from {self.version} to {version}")
         self.version = version
 
+    @property
+    def strict(self) -> bool:
+        """Whether a ready batch may wait for stragglers (the strict gate)."""
+        return self.gate == "strict"
+
     def may_train(self, untrained_versions: list[int]) -> bool:
         """Whether a batch may train at the current version, given the submission versions of the
         prompts that would remain untrained after it (running ones and newer buffered ones)."""
+        if not self.strict:
+            return True
         left = 0
         for v in sorted(untrained_versions):
             left += 1
@@ -78,6 +91,7 @@ class StalenessManager:
         return state
 
     @classmethod
-    def from_state(cls, state: dict, eta: int, batch_prompts: int, max_concurrent: int) -> StalenessManager:
+    def from_state(cls, state: dict, eta: int, batch_prompts: int, max_concurrent: int,
+                   gate: str = "strict") -> StalenessManager:
         """Resume the counters; the bound's parameters come from the (possibly changed) config."""
-        return cls(eta, batch_prompts, max_concurrent, version=state["version"], accepted=state["accepted"])
+        return cls(eta, batch_prompts, max_concurrent, gate, version=state["version"], accepted=state["accepted"])

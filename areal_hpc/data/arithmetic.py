@@ -46,9 +46,11 @@ def solve(terms: list[int], ops: list[str]) -> tuple[list[str], int]:
     return steps, terms[0]
 
 
-def make_problem(rng: random.Random, max_ops: int = 8) -> Problem:
-    # Fewer operations are more likely: many short solutions, a long tail of long ones.
-    n_ops = rng.choices(range(1, max_ops + 1), weights=range(max_ops, 0, -1))[0]
+def make_problem(rng: random.Random, max_ops: int = 8, n_ops: int | None = None) -> Problem:
+    """A problem of `n_ops` operations, or of 1 to `max_ops` with fewer more likely (many short
+    solutions, a long tail of long ones)."""
+    if n_ops is None:
+        n_ops = rng.choices(range(1, max_ops + 1), weights=range(max_ops, 0, -1))[0]
     terms = [rng.randint(1, 9) for _ in range(n_ops + 1)]
     ops = [rng.choice("+-*") for _ in range(n_ops)]
     expr = _render(terms, ops)

@@ -2,18 +2,27 @@
 
 The answer is the content of the last `\\boxed{...}` (or `\\fbox{...}`), with braces matched and
 escaped braces `\\{ \\}` kept as text. A response whose last box never closes was cut off mid-answer
-and has no answer, rather than a guess from what came before. Without any box, the fallbacks are
-the last "answer is X" / "Answer: X" phrase, then the last number in the text: small models (the
-CPU profile's synthetic task) often answer that way.
+and has no answer, rather than a guess from what came before. Without any box, the fallbacks that
+`reward.math_fallbacks` enables are tried in order:
+- "answer_phrase": the last "answer is X" / "Answer: X" phrase, X being the answer itself and not
+  the rest of its sentence ("The answer is 42 because it is even." answers 42);
+- "last_number": the last number in the text. It rewards any response whose last number happens
+  to be right (a truncated or guessing one too), so it is off unless a config asks for it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 _PHRASE = re.compile(r"answer\s*(?:is|:)\s*:?\s*(.+)", re.IGNORECASE)
+# Math between unescaped dollar signs (`\\$` is a dollar sign).
+_MATH_DELIMITED = re.compile(r"(?<!\\)\$(.+?)(?<!\\)\$")
+# Where a phrase's answer ends: a sentence or clause break, or a space before a word of two or
+# more letters ("42 because ...", "5 cm"); LaTeX commands and the constants named are math.
+_PHRASE_END = re.compile(r"[.;!?](?:\s|$)|,\s+(?=[A-Za-z]{2})|\s+(?!(?:pi|sqrt|infty|inf)\b)[A-Za-z]{2,}")
 _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s*/\s*\d+)?")
 
 
@@ -59,22 +68,39 @@ def last_boxed(text: str) -> Extracted:
     return Extracted(token.group(0), "boxed") if token else Extracted(None, "unclosed box")
 
 
-def _clean_phrase(answer: str) -> str:
-    """Drop markdown emphasis, math delimiters and the full stop around a phrase's answer."""
-    return answer.lstrip(" *$").rstrip(" *$.")
+def phrase_answer(rest: str) -> str:
+    """The answer at the start of the text after an answer phrase: the first $...$ math if the
+    text opens with it, else everything up to the end of the answer's clause."""
+    rest = rest.strip().strip("*").strip()
+    math = _MATH_DELIMITED.match(rest)
+    if math:
+        return math.group(1).strip()
+    end = _PHRASE_END.search(rest)
+    return (rest[: end.start()] if end else rest).strip(" *$,")
 
 
-def extract_answer(text: str) -> Extracted:
-    """The final answer of a response (see the module docstring for the order of fallbacks)."""
+def _answer_phrase(text: str) -> Extracted | None:
+    phrases = _PHRASE.findall(text)
+    answer = phrase_answer(phrases[-1]) if phrases else ""
+    return Extracted(answer, "answer phrase") if answer else None
+
+
+def _last_number(text: str) -> Extracted | None:
+    numbers = _NUMBER.findall(text)
+    return Extracted(numbers[-1], "last number") if numbers else None
+
+
+# reward.math_fallbacks names -> how each finds an answer (None: it finds none).
+FALLBACKS = {"answer_phrase": _answer_phrase, "last_number": _last_number}
+
+
+def extract_answer(text: str, fallbacks: Sequence[str] = ("answer_phrase",)) -> Extracted:
+    """The final answer of a response: the last box, else the first of `fallbacks` that finds one."""
     boxed = last_boxed(text)
     if boxed.how != "none":
         return boxed
-    phrases = _PHRASE.findall(text)
-    if phrases:
-        answer = _clean_phrase(phrases[-1])
-        if answer:
-            return Extracted(answer, "answer phrase")
-    numbers = _NUMBER.findall(text)
-    if numbers:
-        return Extracted(numbers[-1], "last number")
+    for name in fallbacks:
+        found = FALLBACKS[name](text)
+        if found is not None:
+            return found
     return Extracted(None, "none")

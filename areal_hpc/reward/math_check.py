@@ -9,6 +9,7 @@ pool also kills a worker that overruns, so a check that ignores the alarm cannot
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from functools import lru_cache
@@ -39,9 +40,19 @@ class _Deadline:
         return time.monotonic() >= self.end
 
 
+# A `$` that opens or closes math; `\$` is a dollar sign (currency), not a delimiter.
+_MATH_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
 def _as_latex(answer: str) -> str:
-    """math-verify finds an answer reliably inside a box; references are usually bare."""
-    return answer if "\\boxed" in answer or "$" in answer else f"\\boxed{{{answer}}}"
+    """math-verify finds an answer reliably inside a box or $...$; references are usually bare."""
+    if "\\boxed" in answer or _MATH_DOLLAR.search(answer):
+        return answer
+    return f"\\boxed{{{answer}}}"
+
+
+def _fallback_words(fallbacks: list[str]) -> str:
+    return "".join(f", no {name.replace('_', ' ')}" for name in fallbacks)
 
 
 @lru_cache(maxsize=4096)
@@ -50,17 +61,31 @@ def _parse_reference(reference: str, timeout: int | None) -> tuple:
     return tuple(parse(_as_latex(reference), parsing_timeout=timeout))
 
 
+def reference_problem(reference: str, timeout_s: float) -> str | None:
+    """Why a reference answer is unusable, or None. math-verify returns the bare text beside any
+    expression it parsed; a reference with no expression at all (empty, broken LaTeX such as
+    `\\frac{1`) matches only a verbatim copy of itself, so it would score nearly every response wrong."""
+    deadline = _Deadline(timeout_s)
+    try:
+        if any(not isinstance(x, str) for x in _parse_reference(reference, deadline.next_timeout())):
+            return None
+        why = "parsing timed out" if deadline.expired() else "math-verify finds no mathematical expression in it"
+    except TimeoutError:
+        why = "parsing timed out"
+    return f"reference answer {shorten(reference)!r}: {why}, so responses to it would score wrong"
+
+
 def check_math(task: MathTask, config: RewardConfig) -> Verdict:
     """Score one response: +correct if its final answer equals the reference, else wrong."""
 
     def fail(reason: str) -> Verdict:
         return Verdict(config.wrong, 0, 1, reason)
 
-    extracted = extract_answer(task.response)
+    extracted = extract_answer(task.response, config.math_fallbacks)
     if extracted.how == "unclosed box":
         return fail("no answer: the last \\boxed{ never closes (truncated response?)")
     if not extracted.answer:
-        return fail("no answer found (no \\boxed{...}, answer phrase or number)")
+        return fail(f"no answer found (no \\boxed{{...}}{_fallback_words(config.math_fallbacks)})")
     deadline = _Deadline(config.timeout_s)
     try:
         gold = list(_parse_reference(task.reference, deadline.next_timeout()))

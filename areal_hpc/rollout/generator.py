@@ -157,6 +157,10 @@ class Generator:
             weight_transfer_config={"backend": "gloo" if cpu else "areal_nccl"},
             worker_extension_cls=_WORKER_EXTENSION,
             disable_log_stats=True,
+            # Each token's log-prob under the distribution it was sampled from (after temperature),
+            # which is what the trainer computes for pi_prox; vLLM's default reports the raw
+            # logits' log-probs, which differ from it at any temperature but 1.
+            logprobs_mode="processed_logprobs",
         )
         bind = cpu and self.cpu_core is not None
         if bind:  # read by the engine processes started now; restored for the next engine

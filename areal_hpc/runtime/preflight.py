@@ -57,12 +57,38 @@ def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str
     return ids
 
 
+# Bad reference answers named in the error before the count of the rest.
+SHOWN_PROBLEMS = 5
+
+
+def check_references(rows: list[PromptRow], cfg: ExperimentConfig, what: str) -> None:
+    """Math references that math-verify cannot parse would score every response wrong, silently,
+    for the whole run: name them now. Each distinct reference is parsed once (~0.5 ms)."""
+    if cfg.reward.kind != "math":
+        return
+    from areal_hpc.reward.math_check import reference_problem
+
+    verdicts: dict[str, str | None] = {}
+    bad = []
+    for n, row in enumerate(rows, 1):
+        if row.answer not in verdicts:
+            verdicts[row.answer] = reference_problem(row.answer, cfg.reward.timeout_s)
+        if verdicts[row.answer] is not None:
+            bad.append(f"row {n}: {verdicts[row.answer]}")
+    if bad:
+        more = f"; and {len(bad) - SHOWN_PROBLEMS} more rows" if len(bad) > SHOWN_PROBLEMS else ""
+        raise DataError(f"{what}: {len(bad)} of {len(rows)} rows have an unusable reference answer: "
+                        + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
+
+
 def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
     cfg = load_config(config, overrides)
     problems = check_world(cfg, world_size)
     if problems:
         raise UserError("; ".join(problems))
     train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
+    check_references(train, cfg, cfg.data.train_path or "synthetic training prompts")
+    check_references(held_out, cfg, cfg.data.eval_path or "synthetic held-out prompts")
     model_dir = model_dir_of(cfg)
     tok_dir = Path(cfg.model.tokenizer_path or model_dir)
     max_len = cfg.rollout.max_prompt_len

@@ -3,8 +3,8 @@ a batch of complete prompt groups, and every weight update interrupts the genera
 then re-prefill of in-flight sequences in abort mode).
 
 Admission is the controller's own StalenessManager (areal_hpc.controller), and the batch gate its
-may_train rule computed from counts (a test checks they agree), so the simulator runs the same
-staleness rule as the real system, at any scale.
+may_train rule (the strict gate computed from counts; a test checks they agree), so the simulator
+runs the same staleness rule as the real system, at any scale.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class _Controller:
     def __init__(self, w: Workload, fleet: Fleet, lengths: LengthStream):
         self.w, self.fleet, self.lengths = w, fleet, lengths
         eta = UNBOUNDED_ETA if w.eta is None else w.eta
-        self.sm = StalenessManager(eta, w.batch_prompts, w.max_concurrent)
+        self.sm = StalenessManager(eta, w.batch_prompts, w.max_concurrent, w.staleness_gate)
         self.submitted = 0
         self.running_versions: Counter[int] = Counter()
         self.ready: list[tuple[int, Group]] = []
@@ -95,7 +95,7 @@ class _Controller:
         b = self.w.batch_prompts
         if len(self.ready) < b:
             return False
-        if self.w.eta is None:
+        if self.w.eta is None or not self.sm.strict:
             return True
         return gate_open(self.running_versions, self.ready_versions, b, self.sm.version, self.w.eta)
 

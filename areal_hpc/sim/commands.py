@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     stale.add_argument("--etas", default="0,1,2,4,8,16", help="comma-separated staleness bounds")
     stale.add_argument("--context", type=int, default=None,
                        help="tokens per sequence, prompt included (default: the experiment config's)")
+    stale.add_argument("--gate", default=None, choices=predict.GATES,
+                       help="training gate: strict (trained staleness <= eta) or admission (AReaL's; "
+                            "default: the experiment config's rollout.staleness_gate)")
     stale.set_defaults(func=_staleness)
 
 
@@ -88,11 +91,14 @@ def _hours(args: argparse.Namespace) -> int:
 def _staleness(args: argparse.Namespace) -> int:
     etas = _ints(args.etas, "--etas")
     preds = predict.staleness(args.model, args.gpus, list(etas), args.context, preset(args.hardware),
-                              fidelity=_fidelity(args))
+                              fidelity=_fidelity(args), gate=args.gate)
     if args.json:
-        print(json.dumps([{"eta": eta, "tokens_per_s": p.tokens_per_s} for eta, p in zip(etas, preds, strict=True)]))
+        print(json.dumps([{"eta": eta, "tokens_per_s": p.tokens_per_s,
+                           "max_staleness": None if p.run is None else p.run.max_staleness}
+                          for eta, p in zip(etas, preds, strict=True)]))
     else:
         print(preds[0].setting(with_eta=False))
         for eta, p in zip(etas, preds, strict=True):
-            print(f"    eta {eta:3d}  {p.summary()}")
+            trained = "" if p.run is None else f"  max trained staleness {p.run.max_staleness}"
+            print(f"    eta {eta:3d}  {p.summary()}{trained}")
     return 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.validate import CHOICES
 from areal_hpc.errors import UserError
 from areal_hpc.sim.async_system import run_async
 from areal_hpc.sim.calibration import FITTED
@@ -26,6 +27,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "experiments"
 # The paper's experiment for each model size.
 EXPERIMENTS = {"1.5b": "math-1.5b", "7b": "math-7b", "14b": "code-14b", "32b": "code-32b"}
 SYSTEMS = ("areal", "sync")
+GATES = CHOICES["rollout.staleness_gate"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class Prediction:
         if self.layout.colocated:
             return text + ", the whole batch generated at once"
         eta = "unbounded" if w.eta is None else w.eta
-        return text + (f", eta {eta}" if with_eta else "") + f", at most {w.max_concurrent} prompts in flight"
+        return (text + (f", eta {eta}" if with_eta else "") + f", {w.staleness_gate} staleness gate, at most"
+                f" {w.max_concurrent} prompts in flight")
 
     def summary(self) -> str:
         """One line for a table: throughput, step rate and idle GPU time, or the memory problem."""
@@ -138,12 +141,18 @@ def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficie
 
 
 def staleness(model: str, gpus: int, etas: list[int | None], context: int | None = None,
-              hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[Prediction]:
-    """One asynchronous prediction per staleness bound (None: unbounded)."""
+              hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT,
+              gate: str | None = None) -> list[Prediction]:
+    """One asynchronous prediction per staleness bound (None: unbounded); `gate` replaces the
+    config's rollout.staleness_gate."""
     for eta in etas:
         if eta is not None and eta < 0:
             raise UserError(f"eta must be >= 0, got {eta}")
     cfg = experiment(model)
     layout = layout_for(cfg, gpus, "areal")
     w = workload_for(cfg, layout, context)
+    if gate is not None:
+        if gate not in GATES:
+            raise UserError(f"unknown staleness gate '{gate}'; choose one of {', '.join(GATES)}")
+        w = w.with_gate(gate)
     return [simulate(cfg, layout, w.with_eta(eta), hw, eff, fidelity) for eta in etas]

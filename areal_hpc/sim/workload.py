@@ -26,6 +26,8 @@ class Workload:
     lengths: LengthDistribution
     # Staleness bound; None is unbounded (eta = infinity).
     eta: int | None
+    # Training gate of the controller's StalenessManager: "strict" or "admission".
+    staleness_gate: str
     # Prompts in flight across all generators at once.
     max_concurrent: int
     # Sequences one engine decodes at once.
@@ -50,6 +52,9 @@ class Workload:
     def with_eta(self, eta: int | None) -> Workload:
         return replace(self, eta=eta)
 
+    def with_gate(self, gate: str) -> Workload:
+        return replace(self, staleness_gate=gate)
+
 
 def workload_from(cfg: ExperimentConfig, context: int | None = None,
                   lengths: LengthDistribution = REASONING) -> Workload:
@@ -67,6 +72,7 @@ def workload_from(cfg: ExperimentConfig, context: int | None = None,
         max_prompt_len=r.max_prompt_len,
         lengths=lengths.with_cap(cap),
         eta=r.eta,
+        staleness_gate=r.staleness_gate,
         max_concurrent=r.max_concurrent,
         max_num_seqs=cfg.generator.max_num_seqs,
         minibatches=cfg.ppo.minibatches,

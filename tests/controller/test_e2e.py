@@ -2,7 +2,7 @@
 
 One job is killed mid-run (kill -9 of the generator rank) and relaunched; the two together must
 look like one uninterrupted run: every step once, every prompt trained exactly once, the
-staleness bound held in every batch, every version loaded by every generator.
+strict staleness bound held in every batch, every version loaded by every generator.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ ETA, STEPS, B, GROUP = 2, 8, 4, 4
 def overrides(run_dir: Path, model_dir: Path, interval: int = 2) -> list[str]:
     return [
         f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={STEPS}",
-        f"rollout.eta={ETA}", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
+        f"rollout.eta={ETA}", "rollout.staleness_gate=strict", f"rollout.batch_prompts={B}",
+        f"rollout.group_size={GROUP}",
         "rollout.max_concurrent=8", "rollout.max_new_tokens=128", "data.synthetic_eval_size=16",
         f"checkpoint.interval_steps={interval}", "logging.tensorboard=false",
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mpi_jobs import run_job
 
@@ -37,3 +39,12 @@ def test_malformed_data_file(tmp_path, suffix, text, fragment):
     data.write_text(text)
     job = run_job(3, [f"data.train_path={data}"], timeout=120)
     check_refused(job, str(data), fragment)
+
+
+def test_an_unusable_reference_answer_is_refused_naming_its_row(tmp_path):
+    data = tmp_path / "train.jsonl"
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "cost?", "answer": "\\$18.90"},
+            {"prompt": "half?", "answer": "\\frac{1"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    job = run_job(3, [f"data.train_path={data}"], timeout=120)
+    check_refused(job, str(data), "1 of 3 rows have an unusable reference answer: row 3:", "'\\\\frac{1'")

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from areal_hpc.config.schema import RewardConfig
-from areal_hpc.reward.math_check import check_math
+from areal_hpc.reward.math_check import check_math, reference_problem
 from areal_hpc.reward.task import MathTask
 
 CONFIG = RewardConfig()
@@ -62,11 +62,21 @@ CASES = [
     ("\\boxed{\\boxed{7}}", "7", True),
     ("\\boxed{{3}}", "3", True),
     ("}{ stray braces \\boxed{5}}", "5", True),
-    # fallbacks without a box
+    # currency: an escaped dollar sign is text, not a math delimiter
+    ("\\boxed{\\$18.90}", "18.90", True),
+    ("\\boxed{\\$5}", "5", True),
+    ("\\boxed{18.90}", "\\$18.90", True),
+    ("\\boxed{\\$18.90}", "\\$18.90", True),
+    ("\\boxed{\\$18.91}", "18.90", False),
+    ("The total is $\\$18.90$ and \\boxed{\\$ 18.90}", "18.9", True),
+    # the answer-phrase fallback (on by default) takes the answer, not the sentence
     ("The answer is 12.", "12", True),
     ("Answer: $\\frac{2}{3}$", "2/3", True),
-    ("so we get 3 + 4 = 7", "7", True),
-    ("so we get 3 + 4 = 8", "7", False),
+    ("The answer is 42 because it is even.", "42", True),
+    ("The answer is 5 cm, as shown.", "5", True),
+    ("The answer is 41 because 42 is even.", "42", False),
+    # the last-number fallback is off by default
+    ("so we get 3 + 4 = 7", "7", False),
     # malformed: no answer at all, empty or unbalanced boxes
     ("I do not know.", "42", False),
     ("\\boxed{}", "42", False),
@@ -82,6 +92,38 @@ def test_math_verdict(response: str, reference: str, correct: bool) -> None:
     assert verdict.reward == (CONFIG.correct if correct else CONFIG.wrong), verdict.reason
     assert (verdict.passed, verdict.total) == (int(correct), 1)
     assert verdict.reason
+
+
+@pytest.mark.parametrize("fallbacks, response, correct", [
+    ([], "The answer is 12.", False),
+    ([], "\\boxed{12}", True),
+    (["answer_phrase"], "so we get 3 + 4 = 12", False),
+    (["last_number"], "so we get 3 + 4 = 12", True),
+    (["last_number"], "The answer is 12 apples, not 13", False),
+    (["answer_phrase", "last_number"], "The answer is 12 apples, not 13", True),
+    (["answer_phrase", "last_number"], "so 3 + 9 = 12", True),
+])
+def test_configured_fallbacks(fallbacks: list[str], response: str, correct: bool) -> None:
+    config = RewardConfig(math_fallbacks=fallbacks)
+    verdict = check_math(MathTask(response, "12"), config)
+    assert verdict.reward == (config.correct if correct else config.wrong), verdict.reason
+
+
+def test_without_fallbacks_the_reason_names_what_was_looked_for() -> None:
+    assert check_math(MathTask("so 12", "12"), RewardConfig(math_fallbacks=[])).reason == (
+        "no answer found (no \\boxed{...})")
+    assert check_math(MathTask("so 12", "12"), CONFIG).reason == "no answer found (no \\boxed{...}, no answer phrase)"
+
+
+@pytest.mark.parametrize("reference", ["", "???", "\\frac{1", "\\$"])
+def test_an_unusable_reference_is_named(reference: str) -> None:
+    problem = reference_problem(reference, 5.0)
+    assert problem is not None and repr(reference) in problem
+
+
+@pytest.mark.parametrize("reference", ["42", "\\$18.90", "\\frac{1}{2}", "(1, 2]", "B", "x^2+1"])
+def test_usable_references_pass(reference: str) -> None:
+    assert reference_problem(reference, 5.0) is None
 
 
 def test_at_least_forty_cases_both_ways() -> None:

@@ -27,6 +27,19 @@ def test_math_command(capsys) -> None:
     assert code == 0 and verdict["reward"] == -5.0 and "never closes" in verdict["reason"]
 
 
+@pytest.mark.parametrize("answer, reference, config, reward", [
+    ("\\boxed{\\$18.90}", "18.90", [], 5.0),
+    ("The answer is 42 because it is even.", "42", [], 5.0),
+    ("so we get 7", "7", ["--config", "configs/experiments/math-1.5b.yaml"], -5.0),
+    ("The answer is 7", "7", ["--config", "configs/experiments/math-1.5b.yaml"], -5.0),
+    ("so we get 7", "7", ["--config", "configs/experiments/tiny-cpu.yaml", "--set",
+                          "reward.math_fallbacks=[last_number]"], 5.0),
+])
+def test_math_command_currency_phrases_and_fallbacks(capsys, answer, reference, config, reward) -> None:
+    code, verdict, _ = run_cli(capsys, "reward", "math", "--answer", answer, "--reference", reference, *config)
+    assert code == 0 and verdict["reward"] == reward, verdict
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     paths = {

@@ -15,7 +15,7 @@ from areal_hpc.sim.workload import Workload
 SMALL = Workload(
     batch_prompts=8, group_size=4, prompt_len=64, max_prompt_len=128,
     lengths=LengthDistribution(median=300.0, sigma=0.8, cap=1024, prompt_share=0.5),
-    eta=2, max_concurrent=64, max_num_seqs=64, minibatches=2, micro_batch_tokens=4096,
+    eta=2, staleness_gate="strict", max_concurrent=64, max_num_seqs=64, minibatches=2, micro_batch_tokens=4096,
     memory_utilization=0.85, reprefill=True,
 )
 

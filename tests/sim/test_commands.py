@@ -42,9 +42,18 @@ def test_hours_json(capsys):
 
 def test_staleness_json(capsys):
     rows = run_json(capsys, "staleness", "--model", "1.5b", "--gpus", "16", "--etas", "0,2",
-                    "--context", "4096")
+                    "--context", "4096", "--gate", "strict")
     assert [r["eta"] for r in rows] == [0, 2]
     assert rows[1]["tokens_per_s"] > rows[0]["tokens_per_s"]
+    assert rows[0]["max_staleness"] == 0 and 1 <= rows[1]["max_staleness"] <= 2
+
+
+def test_staleness_gate_option(capsys):
+    args = ("staleness", "--model", "1.5b", "--gpus", "16", "--etas", "1", "--context", "4096", "--quick")
+    strict = run_json(capsys, *args, "--gate", "strict")[0]
+    loose = run_json(capsys, *args, "--gate", "admission")[0]
+    assert strict["max_staleness"] <= 1
+    assert loose["tokens_per_s"] >= strict["tokens_per_s"]
 
 
 def test_tables_without_json(capsys):

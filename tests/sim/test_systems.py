@@ -43,6 +43,19 @@ def test_staleness_never_exceeds_eta_and_more_staleness_is_faster():
     assert rates == sorted(rates) or max(rates) <= 1.02 * rates[-1]
 
 
+def test_the_admission_gate_is_never_slower_and_lets_staleness_past_eta():
+    """The simulator runs the controller's gate: AReaL's admission-only rule at a small eta
+    (stragglers no longer hold the trainer) against the strict one, the same layout and lengths."""
+    cost = cost_1p5b()
+    layout = split(engines=4)
+    w = SMALL.with_eta(1)
+    strict = run_async(layout, cost, w, fleet_for(layout, cost, w), 6, stream(w))
+    loose_w = w.with_gate("admission")
+    loose = run_async(layout, cost, loose_w, fleet_for(layout, cost, loose_w), 6, stream(loose_w))
+    assert strict.max_staleness <= 1 < loose.max_staleness
+    assert loose.tokens_per_s > 1.05 * strict.tokens_per_s
+
+
 def test_more_generators_never_lower_throughput_until_the_trainer_saturates():
     # fixed efficiencies (not the calibrated ones) with a slow trainer, to reach its ceiling
     cost = replace(cost_1p5b(), eff=Efficiency(decode=0.1, step_overhead_s=0.025, mfu=0.05))

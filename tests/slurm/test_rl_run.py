@@ -37,7 +37,7 @@ def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path
     run_dir = tmp / "run"
     overrides = [
         f"logging.dir={run_dir}", f"model.path={model}", f"total_steps={STEPS}", f"rollout.eta={ETA}",
-        "rollout.batch_prompts=4", "rollout.group_size=4", "rollout.max_concurrent=8",
+        "rollout.staleness_gate=strict", "rollout.batch_prompts=4", "rollout.group_size=4", "rollout.max_concurrent=8",
         "rollout.max_new_tokens=128", "data.synthetic_eval_size=16", "checkpoint.interval_steps=2",
         "logging.tensorboard=false",
     ]
