@@ -8,85 +8,177 @@ dead process's sockets at once, so rank 0 sees its lifeline end within milliseco
 rank and role, and aborts the job. The worker watches the same connection from its side: when
 rank 0 is gone without a Shutdown, it leaves instead of waiting forever. (Spawned children such as
 vLLM's engine core do not inherit the socket: it is close-on-exec.)
+
+A line counts only once it has said who it is: the job's secret (made by rank 0, sent to the
+workers in the launch plan) and a rank of this job not already held. Anything else on the port (a
+port scanner, another job, a stranger) is dropped without effect: a wrong greeting at once, a
+silent or slow one after HELLO_TIMEOUT_S, and at most MAX_UNNAMED are kept waiting, so a flood
+cannot use up rank 0's descriptors. The server polls with the platform's selector (epoll on
+Linux), whose cost per call is the number of lines that changed, not the number held (select()
+also fails once a descriptor number passes 1024; a 513-rank job on one node's rank 0 gets there).
 """
 
 from __future__ import annotations
 
+import hmac
 import os
-import select
+import secrets
+import selectors
 import socket
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from areal_hpc.runtime.network import node_address
 
 # Seconds a worker keeps trying to reach rank 0's lifeline listener.
 CONNECT_TIMEOUT_S = 60.0
+# Seconds a new connection has to send its whole greeting before it is dropped.
+HELLO_TIMEOUT_S = 10.0
+# Connections kept waiting for their greeting at once; the oldest is dropped beyond this.
+MAX_UNNAMED = 8192
+# Connections the kernel queues before rank 0 accepts them (capped by net.core.somaxconn): every
+# worker of a 513-rank job connects within the same few milliseconds.
+BACKLOG = 4096
+SECRET_BYTES = 16
 _RANK = struct.Struct("!i")
+GREETING_BYTES = SECRET_BYTES + _RANK.size
+
+
+def new_secret() -> str:
+    """The job's lifeline secret (hex), made by rank 0 and sent in the launch plan."""
+    return secrets.token_hex(SECRET_BYTES)
+
+
+def greeting(secret: str, rank: int) -> bytes:
+    """What a worker sends first on its line: the job's secret, then its rank."""
+    return bytes.fromhex(secret) + _RANK.pack(rank)
 
 
 class LifelineServer:
     """Rank 0's end: accepts one lifeline per worker rank and reports the ranks whose line ended.
-    Never blocks: a line is known by its rank once its four bytes have arrived."""
+    Never blocks. `ranks` are the worker ranks of this job (a line claiming another is dropped)."""
 
-    def __init__(self) -> None:
-        self._listener = socket.create_server(("", 0))
+    def __init__(self, ranks: Collection[int], secret: str | None = None) -> None:
+        self.secret = secret or new_secret()
+        self._key = bytes.fromhex(self.secret)
+        self._ranks = frozenset(ranks)
+        address = node_address()
+        try:
+            self._listener = socket.create_server((address, 0), backlog=BACKLOG)
+        except OSError:  # the name resolves to an address of no interface here: every address
+            self._listener = socket.create_server(("", 0), backlog=BACKLOG)
         self._listener.setblocking(False)
-        self.address = (node_address(), self._listener.getsockname()[1])
-        self._lines: dict[socket.socket, int] = {}
-        self._unnamed: dict[socket.socket, bytes] = {}  # accepted, rank not yet (fully) received
+        self.address = (address, self._listener.getsockname()[1])
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._lines: dict[socket.socket, int] = {}  # named line -> its rank
+        self._held: set[int] = set()
+        # Accepted, greeting not yet (fully) received: line -> (bytes so far, accepted at).
+        self._unnamed: dict[socket.socket, tuple[bytes, float]] = {}
+
+    @property
+    def held(self) -> frozenset[int]:
+        """Ranks whose lifeline is connected and named."""
+        return frozenset(self._held)
+
+    @property
+    def waiting(self) -> int:
+        """Connections accepted that have not (yet) said who they are."""
+        return len(self._unnamed)
 
     def ended(self) -> list[int]:
         """Ranks whose lifeline closed since the last call (their process is gone)."""
-        self._accept()
-        watched = [*self._lines, *self._unnamed]
-        if not watched:
-            return []
-        readable, _, _ = select.select(watched, [], [], 0)
         gone = []
-        for line in readable:
-            try:
-                data = line.recv(_RANK.size if line in self._unnamed else 1)
-            except OSError:
-                data = b""
-            if line in self._unnamed:
-                if not data:  # closed before saying who it was: not a worker's lifeline
-                    del self._unnamed[line]
-                    line.close()
-                    continue
-                got = self._unnamed.pop(line) + data
-                if len(got) < _RANK.size:
-                    self._unnamed[line] = got
-                else:
-                    (self._lines[line],) = _RANK.unpack(got[: _RANK.size])
-            elif not data:
-                gone.append(self._lines.pop(line))
-                line.close()
+        for key, _ in self._selector.select(timeout=0):
+            line = key.fileobj
+            if line is self._listener:
+                self._accept()
+            elif line in self._unnamed:
+                self._hear(line)
+            elif line in self._lines and self._closed(line):
+                rank = self._lines.pop(line)
+                self._held.discard(rank)
+                self._drop(line)
+                gone.append(rank)
+        self._reap(time.monotonic())
         return sorted(gone)
 
     def _accept(self) -> None:
         while True:
             try:
                 line, _ = self._listener.accept()
-            except BlockingIOError:
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors: what waits longest makes room
+                self._reap(time.monotonic(), room=1)
                 return
             line.setblocking(False)
-            self._unnamed[line] = b""
+            if len(self._unnamed) >= MAX_UNNAMED:
+                self._drop(next(iter(self._unnamed)))
+            self._unnamed[line] = (b"", time.monotonic())
+            self._selector.register(line, selectors.EVENT_READ)
+
+    def _hear(self, line: socket.socket) -> None:
+        """More of a greeting: name the line when it is whole and right, else drop it."""
+        got, since = self._unnamed[line]
+        try:
+            data = line.recv(GREETING_BYTES - len(got))
+        except OSError:
+            data = b""
+        if not data:  # closed before saying who it was: not a worker's lifeline
+            self._drop(line)
+            return
+        got += data
+        if len(got) < GREETING_BYTES:
+            self._unnamed[line] = (got, since)
+            return
+        (rank,) = _RANK.unpack(got[SECRET_BYTES:])
+        if not hmac.compare_digest(got[:SECRET_BYTES], self._key) or rank not in self._ranks or rank in self._held:
+            self._drop(line)
+            return
+        del self._unnamed[line]
+        self._lines[line] = rank
+        self._held.add(rank)
+
+    @staticmethod
+    def _closed(line: socket.socket) -> bool:
+        """A named line is readable: its end closed (a worker sends nothing after its greeting)."""
+        try:
+            return not line.recv(64)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    def _reap(self, now: float, room: int = 0) -> None:
+        """Drop connections silent past HELLO_TIMEOUT_S, and the `room` oldest waiting ones."""
+        for i, (line, (_, since)) in enumerate(list(self._unnamed.items())):
+            if i >= room and now - since < HELLO_TIMEOUT_S:
+                break  # insertion order is acceptance order: the rest are younger
+            self._drop(line)
+
+    def _drop(self, line: socket.socket) -> None:
+        self._unnamed.pop(line, None)
+        self._selector.unregister(line)
+        line.close()
 
     def close(self) -> None:
         for line in [*self._lines, *self._unnamed]:
+            self._selector.unregister(line)
             line.close()
         self._lines.clear()
         self._unnamed.clear()
+        self._held.clear()
+        self._selector.close()
         self._listener.close()
 
 
-def hold(address: tuple[str, int], rank: int, expected_end: Callable[[], bool]) -> socket.socket:
-    """A worker's end: connect to rank 0 and watch the line in a daemon thread. If rank 0 goes away
-    while `expected_end()` is false, print why and leave at once with exit code 1."""
+def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callable[[], bool]) -> socket.socket:
+    """A worker's end: connect to rank 0, say who it is, and watch the line in a daemon thread. If
+    rank 0 goes away while `expected_end()` is false, print why and leave at once with exit code 1."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
@@ -96,7 +188,7 @@ def hold(address: tuple[str, int], rank: int, expected_end: Callable[[], bool]) 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-    line.sendall(_RANK.pack(rank))
+    line.sendall(greeting(secret, rank))
     line.settimeout(None)
 
     def watch() -> None:

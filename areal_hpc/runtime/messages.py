@@ -141,8 +141,10 @@ class LaunchPlan:
     # Checkpoint to resume from (None: a fresh start) and its policy version.
     resume_dir: str | None = None
     version: int = 0
-    # Where every worker connects its lifeline to rank 0 (areal_hpc/runtime/lifeline.py).
+    # Where every worker connects its lifeline to rank 0, and the job's secret it must present
+    # (areal_hpc/runtime/lifeline.py).
     lifeline: tuple[str, int] | None = None
+    lifeline_secret: str = ""
 
 
 @dataclass

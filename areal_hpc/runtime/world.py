@@ -68,8 +68,8 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         chan.flush()
         return USER_ERROR_EXIT
     _logging(plan.config.logging.level, 0, Role.CONTROLLER)
-    lifelines = LifelineServer()
-    plan = dataclasses.replace(plan, lifeline=lifelines.address)
+    lifelines = LifelineServer(range(1, chan.size))
+    plan = dataclasses.replace(plan, lifeline=lifelines.address, lifeline_secret=lifelines.secret)
     for rank in range(1, chan.size):
         chan.send(rank, plan)
     try:
@@ -91,7 +91,7 @@ def _worker(chan: Channel) -> int:
         raise RuntimeError(f"rank {chan.rank}: expected the launch plan, got {msg!r:.200}")
     role, index = role_of(msg.config, chan.rank)
     _logging(msg.config.logging.level, chan.rank, f"{role} {index}")
-    hold_lifeline(msg.lifeline, chan.rank, lambda: chan.shutdown_seen)
+    hold_lifeline(msg.lifeline, msg.lifeline_secret, chan.rank, lambda: chan.shutdown_seen)
     try:
         if role is Role.TRAINER:
             from areal_hpc.runtime import trainer_rank

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
 
-from areal_hpc.runtime.lifeline import LifelineServer
+import pytest
+
+from areal_hpc.runtime import lifeline
+from areal_hpc.runtime.lifeline import LifelineServer, greeting
+
+RANKS = range(1, 8)
 
 
 def worker(server: LifelineServer, rank: int) -> subprocess.Popen:
@@ -15,13 +22,25 @@ def worker(server: LifelineServer, rank: int) -> subprocess.Popen:
     code = (
         "import sys, time\n"
         "from areal_hpc.runtime.lifeline import hold\n"
-        f"hold({server.address!r}, {rank}, lambda: False)\n"
+        f"hold({server.address!r}, {server.secret!r}, {rank}, lambda: False)\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+def poll_until(server: LifelineServer, done, seconds: float) -> list[int]:
+    """Call ended() until done() holds; returns every rank reported meanwhile."""
+    gone: list[int] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        gone += server.ended()
+        if done():
+            return gone
+        time.sleep(0.01)
+    raise AssertionError(f"not done within {seconds} s (held {sorted(server.held)}, waiting {server.waiting})")
 
 
 def ended_within(server: LifelineServer, seconds: float) -> list[int]:
@@ -34,10 +53,10 @@ def ended_within(server: LifelineServer, seconds: float) -> list[int]:
 
 
 def test_a_killed_worker_is_reported_by_rank():
-    server = LifelineServer()
+    server = LifelineServer(RANKS)
     alive, killed = worker(server, 3), worker(server, 5)
     try:
-        assert server.ended() == []  # both connected, both alive
+        poll_until(server, lambda: server.held == {3, 5}, 5)
         killed.send_signal(signal.SIGKILL)
         assert ended_within(server, 5) == [5]
         assert server.ended() == []  # reported once; rank 3 still alive
@@ -49,9 +68,120 @@ def test_a_killed_worker_is_reported_by_rank():
 
 
 def test_a_worker_leaves_when_rank_0_is_gone():
-    server = LifelineServer()
+    server = LifelineServer(RANKS)
     proc = worker(server, 2)
-    server.ended()  # accept the line
+    poll_until(server, lambda: server.held == {2}, 5)
     server.close()
     assert proc.wait(timeout=10) == 1
     assert "rank 2: rank 0 (controller) is gone" in proc.stderr.read()
+
+
+def connect(server: LifelineServer, data: bytes = b"") -> socket.socket:
+    s = socket.create_connection(server.address, timeout=5)
+    if data:
+        s.sendall(data)
+    return s
+
+
+def test_strangers_never_count_and_the_job_goes_on():
+    """Connections without the job's secret, or claiming a rank that is not a worker of this job
+    or already held, are dropped; hanging up afterwards names nobody."""
+    server = LifelineServer(RANKS)
+    own = connect(server, greeting(server.secret, 4))
+    poll_until(server, lambda: server.held == {4}, 5)
+    other_job = lifeline.new_secret()
+    strangers = [
+        connect(server, (4).to_bytes(4, "big")),  # the old protocol's 4 bytes: a rank, no secret
+        connect(server, greeting(other_job, 3)),  # another job's secret
+        connect(server, greeting(server.secret, 99)),  # not a rank of this job
+        connect(server, greeting(server.secret, 0)),  # rank 0 has no lifeline
+        connect(server, greeting(server.secret, 4)),  # rank 4 is already held
+        connect(server, greeting(server.secret, 2)[:10]),  # half a greeting, then gone
+    ]
+    try:
+        poll_until(server, lambda: server.waiting == 2, 5)  # the two short greetings still wait
+        for s in strangers:
+            s.close()
+        assert poll_until(server, lambda: server.waiting == 0, 5) == []
+        time.sleep(0.1)
+        assert server.ended() == [] and server.held == {4}
+        own.close()
+        assert ended_within(server, 5) == [4]
+    finally:
+        own.close()
+        server.close()
+
+
+def test_silent_connections_are_dropped_after_the_hello_timeout(monkeypatch):
+    monkeypatch.setattr(lifeline, "HELLO_TIMEOUT_S", 0.5)
+    server = LifelineServer(RANKS)
+    silent = [connect(server) for _ in range(20)]
+    try:
+        poll_until(server, lambda: server.waiting == 20, 5)
+        start = time.monotonic()
+        assert poll_until(server, lambda: server.waiting == 0, 5) == []
+        assert time.monotonic() - start >= 0.3
+        assert all(s.recv(1) == b"" for s in silent)  # rank 0 closed them
+    finally:
+        for s in silent:
+            s.close()
+        server.close()
+
+
+def test_a_flood_of_waiting_connections_is_capped(monkeypatch):
+    """Beyond MAX_UNNAMED connections waiting for their greeting, the oldest are closed, and a
+    worker arriving after the flood still gets its lifeline."""
+    monkeypatch.setattr(lifeline, "MAX_UNNAMED", 16)
+    server = LifelineServer(RANKS)
+    flood = [connect(server) for _ in range(40)]
+    try:
+        poll_until(server, lambda: server.waiting == 16 and sum(map(closed_by_peer, flood)) == 24, 5)
+        assert not any(map(closed_by_peer, flood[-16:]))  # the newest 16 wait
+        own = connect(server, greeting(server.secret, 1))
+        poll_until(server, lambda: server.held == {1}, 5)
+        own.close()
+        assert ended_within(server, 5) == [1]
+    finally:
+        for s in flood:
+            s.close()
+        server.close()
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+
+
+CONCURRENT = 4096
+
+
+def test_4096_concurrent_lifelines():
+    """A job's worth of lifelines on one rank 0 (select() could not watch descriptors past 1024):
+    all are named, and the one that ends is the one reported."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * CONCURRENT + 256  # both ends live in this process
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"the descriptor limit ({hard}) is below the {need} this test needs")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    ranks = range(1, CONCURRENT + 1)
+    server = LifelineServer(ranks)
+    lines: dict[int, socket.socket] = {}
+    try:
+        for rank in ranks:
+            lines[rank] = connect(server, greeting(server.secret, rank))
+            if rank % 64 == 0:
+                server.ended()  # rank 0 polls while the workers connect, as in a real start
+        poll_until(server, lambda: len(server.held) == CONCURRENT, 30)
+        assert server.waiting == 0
+        lines.pop(2345).close()
+        assert ended_within(server, 5) == [2345]
+        assert server.ended() == [] and len(server.held) == CONCURRENT - 1
+    finally:
+        for s in lines.values():
+            s.close()
+        server.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
