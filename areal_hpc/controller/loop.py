@@ -508,8 +508,7 @@ class Controller:
         shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier run must not count
         path.mkdir(parents=True)
         self.chan.send(self.trainer_leader, SaveCheckpoint(str(path), self.version))
-        stream = self.stream.state_dict()
-        stream["returned"] = self.buffer.running_ids() + stream["returned"]
+        stream = self.stream.state_dict(reissue=self.buffer.running_ids())
         ckpt.ControllerState(
             version=self.version,
             staleness=self.sm.state_dict(),

@@ -51,10 +51,6 @@ class StalenessManager:
         self._finish(n)
         self.accepted += n
 
-    def reject(self, n: int = 1) -> None:
-        """A prompt filtered out: it frees its slot and does not count as accepted."""
-        self._finish(n)
-
     def _finish(self, n: int) -> None:
         if n > self.running:
             raise RuntimeError(f"finishing {n} prompts but only {self.running} are running")

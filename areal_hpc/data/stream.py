@@ -41,12 +41,10 @@ class PromptStream:
         self.position += 1
         return self.position - 1
 
-    def give_back(self, prompt_ids: list[int]) -> None:
-        """Prompts to issue again before any new one (in this order)."""
-        self._returned.extend(prompt_ids)
-
-    def state_dict(self) -> dict:
-        return {"position": self.position, "returned": list(self._returned)}
+    def state_dict(self, reissue: list[int] | None = None) -> dict:
+        """The position, and the prompts a resumed stream issues again before any new one:
+        `reissue` (e.g. those in flight at a checkpoint), then any not yet re-issued."""
+        return {"position": self.position, "returned": list(reissue or []) + list(self._returned)}
 
     def load_state_dict(self, state: dict) -> None:
         self.position = state["position"]

@@ -27,7 +27,7 @@ from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
 from areal_hpc.errors import UserError
-from areal_hpc.rollout.weight_transfer import Link, checksum, mismatches
+from areal_hpc.rollout.weight_transfer import Link, checksums, mismatches
 
 # vLLM backend name -> transport of weight_transfer.Link
 ENGINE_BACKENDS = {"gloo": "gloo", "areal_nccl": "nccl"}
@@ -119,7 +119,7 @@ class GroupWeightTransferEngine(WeightTransferEngine[WeightGroupInfo, WeightUpda
         try:
             for link, header in zip(self._links, headers, strict=True):
                 for weights in link.recv_buckets(header):
-                    sums.update((name, checksum(t)) for name, t in weights)
+                    sums.update(zip((n for n, _ in weights), checksums([t for _, t in weights]), strict=True))
                     self.model.load_weights(weights)
         finally:
             # On failure this puts the old weights back into every layer not yet loaded.

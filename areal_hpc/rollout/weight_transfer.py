@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +51,10 @@ class TensorSpec:
     dtype: str
     shape: tuple[int, ...]
 
+    @classmethod
+    def of(cls, name: str, t: torch.Tensor) -> TensorSpec:
+        return cls(name, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+
 
 @dataclass
 class Header:
@@ -74,8 +78,8 @@ class Header:
 
     @classmethod
     def of(cls, version: int, buckets: list[list[tuple[str, torch.Tensor]]]) -> Header:
-        specs = [[TensorSpec(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in b] for b in buckets]
-        return cls(version, specs)
+        """The header of `buckets`; their tensors may be on the meta device (a plan, no data)."""
+        return cls(version, [[TensorSpec.of(n, t) for n, t in b] for b in buckets])
 
 
 def mismatches(headers: list[Header], shapes: dict[str, tuple[int, ...]], version: int) -> list[str]:
@@ -115,6 +119,20 @@ def checksum(t: torch.Tensor) -> str:
     are summed as a (rows, _WORDS_PER_ROW) matrix, by rows and by columns: sum_i w_i * (i + 1) =
     C * sum_r r * rowsum_r + sum_c (c + 1) * colsum_c, which needs no temporary of the tensor's size.
     """
+    return checksums([t])[0]
+
+
+def checksums(tensors: Sequence[torch.Tensor]) -> list[str]:
+    """`checksum` of each tensor, computed on their device with one host synchronisation in all
+    (int64 arithmetic wraps mod 2^64, which is the digest's arithmetic)."""
+    if not tensors:
+        return []
+    digests = torch.stack([_digest(t) for t in tensors]).cpu().tolist()
+    return [f"{total & _MASK64:016x}{weighted & _MASK64:016x}" for total, weighted in digests]
+
+
+def _digest(t: torch.Tensor) -> torch.Tensor:
+    """[sum, position-weighted sum] of the tensor's 64-bit words, as a device int64 pair."""
     data = t.detach().contiguous().view(-1).view(torch.uint8)
     if data.storage_offset() % 8:
         data = data.clone()
@@ -128,13 +146,13 @@ def checksum(t: torch.Tensor) -> str:
     def positions(start: int, count: int) -> torch.Tensor:
         return torch.arange(start, start + count, dtype=torch.int64, device=data.device)
 
-    total = int(rowsum.sum()) + int(rest.sum())
+    total = rowsum.sum() + rest.sum()
     weighted = (
-        _WORDS_PER_ROW * int((positions(0, rows) * rowsum).sum())
-        + int((positions(1, _WORDS_PER_ROW) * colsum).sum())
-        + int((positions(rows * _WORDS_PER_ROW + 1, rest.numel()) * rest).sum())
+        _WORDS_PER_ROW * (positions(0, rows) * rowsum).sum()
+        + (positions(1, _WORDS_PER_ROW) * colsum).sum()
+        + (positions(rows * _WORDS_PER_ROW + 1, rest.numel()) * rest).sum()
     )
-    return f"{total & _MASK64:016x}{weighted & _MASK64:016x}"
+    return torch.stack([total, weighted])
 
 
 def _last_word(tail: torch.Tensor) -> torch.Tensor:
@@ -226,6 +244,11 @@ class Link:
             self._comm.destroy()
 
 
+def _wait_all(waits: list[Callable[[], None]]) -> None:
+    for wait in waits:
+        wait()
+
+
 class WeightSender:
     """Rank 0 of one weight group: a trainer pipeline-stage leader pushing its stage's weights.
 
@@ -240,32 +263,59 @@ class WeightSender:
         # Seconds of the last send from the receivers' acceptance to the last bucket on the wire.
         self.transfer_s = 0.0
 
-    def send(self, version: int, buckets: Iterable[list[tuple[str, torch.Tensor]]]) -> dict[str, str]:
+    def send(self, version: int, buckets: Iterable[list[tuple[str, torch.Tensor]]],
+             plan: list[list[tuple[str, torch.Tensor]]] | None = None) -> dict[str, str]:
         """Push one update; returns the checksum of every tensor sent (see `checksum`).
 
-        `buckets` holds (Hugging Face name, tensor) lists; the receivers load bucket by bucket. Every
-        generator must call `update_weights(version)` at the same time. Raises WeightMismatch when
-        a receiver refused the header (its own error says why); no receiver changed its weights.
+        `buckets` holds (Hugging Face name, tensor) lists; the receivers load bucket by bucket. With
+        `plan` (the same buckets' names, dtypes and shapes, e.g. as meta tensors) the buckets are
+        taken from the stream as they go on the wire, at most two alive at once (the one on the
+        wire and the next, gathered meanwhile); without it they are listed first, which is fine
+        only where the tensors exist anyway (a checkpoint read from disk). Every generator must
+        call `update_weights(version)` at the same time. Raises WeightMismatch when a receiver
+        refused the header (its own error says why); no receiver changed its weights.
         """
-        device = self._link.device
-        buckets = [[(n, t.detach().to(device).contiguous()) for n, t in b] for b in buckets]
-        header = Header.of(version, buckets)
+        if plan is None:
+            buckets = plan = list(buckets)
+        header = Header.of(version, plan)
         self._link.send_header(header)
+        stream = iter(buckets)
         refusals = self._link.sum(0)
         if refusals:
+            for _ in stream:  # the stage's other TP ranks gather in step: finish with them
+                pass
             raise WeightMismatch(
                 f"weight update to version {version} refused by {refusals} receiver(s) "
                 "(name, shape, dtype or version mismatch; the generator's error names the tensors)"
             )
         start = time.perf_counter()
         sums: dict[str, str] = {}
-        for bucket in buckets:
-            waits = [self._link.broadcast(t) for _, t in bucket]
-            sums.update((name, checksum(t)) for name, t in bucket)  # while the bucket is on the wire
-            for wait in waits:
-                wait()
+        current = self._next(stream, header.buckets, 0)
+        for i in range(len(header.buckets)):
+            waits = [self._link.broadcast(t) for _, t in current]
+            sums.update(zip((n for n, _ in current), checksums([t for _, t in current]), strict=True))
+            upcoming = self._next(stream, header.buckets, i + 1)  # gathered while `current` is on the wire
+            _wait_all(waits)
+            # Nothing may keep bucket i alive while bucket i + 2 is taken: the waits hold its tensors.
+            del waits
+            current = upcoming
         self.transfer_s = time.perf_counter() - start
         return sums
+
+    def _next(self, stream: Iterator[list[tuple[str, torch.Tensor]]], planned: list[list[TensorSpec]],
+              index: int) -> list[tuple[str, torch.Tensor]]:
+        """Bucket `index` of the stream on the link's device, checked against the header sent."""
+        bucket = next(stream, None)
+        if index == len(planned):
+            if bucket is not None:
+                raise RuntimeError(f"the weight stream has more than the {len(planned)} buckets of its plan")
+            return []
+        if bucket is None:
+            raise RuntimeError(f"the weight stream ended after {index} of the {len(planned)} planned buckets")
+        moved = [(n, t.detach().to(self._link.device).contiguous()) for n, t in bucket]
+        if [TensorSpec.of(n, t) for n, t in moved] != planned[index]:
+            raise RuntimeError(f"bucket {index} of the weight stream differs from its plan (names, dtypes or shapes)")
+        return moved
 
     def close(self) -> None:
         self._link.close()

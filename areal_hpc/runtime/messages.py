@@ -138,9 +138,8 @@ class LaunchPlan:
     config: Any
     # Hugging Face directory the trainer and the generators start from.
     model_dir: str
-    # Checkpoint to resume from (None: a fresh start) and its policy version.
+    # Checkpoint to resume from (None: a fresh start).
     resume_dir: str | None = None
-    version: int = 0
     # Where every worker connects its lifeline to rank 0, and the job's secret it must present
     # (areal_hpc/runtime/lifeline.py).
     lifeline: tuple[str, int] | None = None

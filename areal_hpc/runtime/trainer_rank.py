@@ -89,9 +89,10 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
         elif isinstance(msg, UpdateWeights):
             if msg.version != engine.version:
                 raise RuntimeError(f"asked to send version {msg.version} but the trainer is at {engine.version}")
-            buckets = engine.iter_hf_weights(cfg.generator.weight_bucket_bytes)
-            if sender is not None:
-                sums = sender.send(msg.version, buckets)
+            bucket_bytes = cfg.generator.weight_bucket_bytes
+            buckets = engine.iter_hf_weights(bucket_bytes)
+            if sender is not None:  # streamed: a bucket is gathered while the previous one is on the wire
+                sums = sender.send(msg.version, buckets, plan=engine.hf_weight_plan(bucket_bytes))
                 chan.send(CONTROLLER_RANK, WeightsSent(engine.ranks.pp_rank, msg.version, sums))
             else:
                 for _ in buckets:  # the stage's other TP ranks take part in the gather

@@ -166,6 +166,10 @@ class TrainEngine:
         """
         return hf_export.stream(self.model, self.rules, self.cfg.model, self.ranks, bucket_bytes)
 
+    def hf_weight_plan(self, bucket_bytes: int) -> list[list[tuple[str, torch.Tensor]]]:
+        """What iter_hf_weights(bucket_bytes) yields on the stage leader, as meta tensors."""
+        return hf_export.plan(self.model, self.rules, self.cfg.model, self.ranks, bucket_bytes)
+
     def export_hf(self, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
         """Write a Hugging Face directory (config, sharded safetensors + index, tokenizer files).
 

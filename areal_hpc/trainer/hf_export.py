@@ -55,22 +55,45 @@ def _gather(shard: torch.Tensor, rule: Rule, ranks: RankInfo) -> list[torch.Tens
     return parts
 
 
+def _rule_buckets(params: dict[str, torch.nn.Parameter], rules: list[Rule], ranks: RankInfo,
+                  bucket_bytes: int) -> list[list[Rule]]:
+    """The exported rules of this stage, grouped as the stream yields them."""
+    exported = [r for r in rules if r.exported]
+    sizes = [_full_bytes(params[r.megatron], r, ranks.tp_size) for r in exported]
+    return [[exported[i] for i in bucket] for bucket in plan_buckets(sizes, bucket_bytes)]
+
+
 def stream(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: RankInfo, bucket_bytes: int,
            tensor_of: Callable[[torch.nn.Parameter], torch.Tensor] = torch.Tensor.detach,
            ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """See TrainEngine.iter_hf_weights; `tensor_of` picks what to stream of each parameter (its
     value, or e.g. its gradient)."""
     params = dict(model.named_parameters())
-    exported = [r for r in rules if r.exported]
-    sizes = [_full_bytes(params[r.megatron], r, ranks.tp_size) for r in exported]
-    for bucket in plan_buckets(sizes, bucket_bytes):
+    for bucket in _rule_buckets(params, rules, ranks, bucket_bytes):
         out: list[tuple[str, torch.Tensor]] = []
-        for rule in (exported[i] for i in bucket):
+        for rule in bucket:
             with torch.no_grad():
                 shards = _gather(tensor_of(params[rule.megatron]), rule, ranks)
             if shards is not None:
                 out += zip(rule.hf, from_shards(rule, shards, m), strict=True)
         yield out
+
+
+def plan(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: RankInfo,
+         bucket_bytes: int) -> list[list[tuple[str, torch.Tensor]]]:
+    """What `stream` yields on the stage leader, as meta tensors (names, dtypes, shapes; no data,
+    no communication): a weight sender announces it before the first bucket is gathered."""
+    params = dict(model.named_parameters())
+    out = []
+    for bucket in _rule_buckets(params, rules, ranks, bucket_bytes):
+        planned: list[tuple[str, torch.Tensor]] = []
+        for rule in bucket:
+            p = params[rule.megatron]
+            copies = 1 if rule.layout == "replicated" else ranks.tp_size
+            shards = [torch.empty(p.shape, dtype=p.dtype, device="meta")] * copies
+            planned += zip(rule.hf, from_shards(rule, shards, m), strict=True)
+        out.append(planned)
+    return out
 
 
 def export(out_dir: Path, buckets: Iterable[list[tuple[str, torch.Tensor]]], m: ModelConfig, ranks: RankInfo,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import resource
 
 import pytest
 import torch
@@ -125,6 +126,69 @@ def test_tensors_arrive_bit_exact_over_a_gloo_group_and_a_refusal_reaches_the_se
         assert link.recv_header().version == 6
         assert link.sum(1) == 1
         assert "refused by 1 receiver" in results.get(timeout=60)
+        link.close()
+    finally:
+        process.join(timeout=60)
+    assert process.exitcode == 0
+
+
+STREAM_BUCKETS = 10
+STREAM_ELEMENTS = 8 * 2**20  # 32 MiB of float32 per bucket
+
+
+def _stream_tensor(i: int) -> torch.Tensor:
+    return torch.full((STREAM_ELEMENTS,), float(i + 1))
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _stream_send(port: int, results) -> None:
+    """Send STREAM_BUCKETS one-tensor buckets made on demand (as the export's gathers make them);
+    report the checksums and the peak resident memory the update added, in buckets."""
+    def stream():
+        for i in range(STREAM_BUCKETS):
+            yield [(f"w{i}", _stream_tensor(i))]
+
+    plan = [[(f"w{i}", torch.empty(STREAM_ELEMENTS, device="meta"))] for i in range(STREAM_BUCKETS)]
+    sender = WeightSender("127.0.0.1", port, 2)
+    before = _rss()
+    sums = sender.send(3, stream(), plan=plan)
+    extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    results.put((sums, extra / (STREAM_ELEMENTS * 4)))
+    try:  # a stream that breaks its plan is an error on the sender, not a silent wrong update
+        sender.send(4, iter([[("w0", torch.zeros(3))]]), plan=[[("w0", torch.empty(3, 2, device="meta"))]])
+    except RuntimeError as e:
+        results.put(str(e))
+    sender.close()
+
+
+def test_a_streamed_update_holds_about_two_buckets():
+    """The bucket on the wire and the next one, gathered meanwhile; listing the stream first (the
+    sender before streaming) would hold all ten."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    process = ctx.Process(target=_stream_send, args=(port, results))
+    process.start()
+    try:
+        link = Link("gloo", "127.0.0.1", port, 1, 2)
+        header = link.recv_header()
+        assert [[s.name for s in b] for b in header.buckets] == [[f"w{i}"] for i in range(STREAM_BUCKETS)]
+        assert link.sum(0) == 0
+        sums = {}
+        for i, bucket in enumerate(link.recv_buckets(header)):
+            ((name, t),) = bucket
+            assert name == f"w{i}" and torch.equal(t, _stream_tensor(i))
+            sums[name] = checksum(t)
+        sent, extra_buckets = results.get(timeout=120)
+        assert sent == sums
+        assert extra_buckets < 3, f"the sender held {extra_buckets:.2f} buckets at its peak"
+        assert link.recv_header().version == 4
+        assert link.sum(0) == 0
+        assert "bucket 0 of the weight stream differs from its plan" in results.get(timeout=60)
         link.close()
     finally:
         process.join(timeout=60)

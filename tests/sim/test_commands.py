@@ -36,8 +36,14 @@ def test_scaling_reports_out_of_memory_as_null(capsys):
 
 
 def test_hours_json(capsys):
+    """The printed hours are the simulated run's: the first step (pipeline fill), then 9 steady ones."""
     out = run_json(capsys, "hours", "--model", "1.5b", "--nodes", "2", "--steps", "10", "--system", "areal")
-    assert set(out) == {"hours"} and out["hours"] > 0
+    run = predict.hours("1.5b", 2, "areal", fidelity=predict.QUICK).run
+    assert set(out) == {"hours"}
+    assert out["hours"] == pytest.approx((run.first_step_s + 9 * run.step_s) / 3600, rel=1e-9)
+    assert run.first_step_s >= run.step_s > 0
+    later = run_json(capsys, "hours", "--model", "1.5b", "--nodes", "2", "--steps", "20", "--system", "areal")
+    assert later["hours"] - out["hours"] == pytest.approx(10 * run.step_s / 3600, rel=1e-9)
 
 
 def test_staleness_json(capsys):

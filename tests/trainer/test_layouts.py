@@ -32,6 +32,11 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_weight_plan_names_what_the_stream_yields(layouts_run, layout):
+    assert all(run[layout]["plan_matches_stream"] for run in layouts_run)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_loss_and_log_probs_equal_one_rank(layouts_run, single_run, layout):
     ref = reference(single_run, layout)
     for run in layouts_run:

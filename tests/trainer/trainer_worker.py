@@ -92,7 +92,17 @@ def measure(engine: TrainEngine, model_dir: str) -> dict:
     grads = hf_tensors(engine, grads=True) if engine.ranks.dp_size == 1 else {}
     logprobs = engine.compute_logprobs(trajectories())
     engine.sft_step(sft_batch())
-    return {"loss": loss, "grads": grads, "logprobs": logprobs, "after_step": hf_tensors(engine)}
+    return {"loss": loss, "grads": grads, "logprobs": logprobs, "after_step": hf_tensors(engine),
+            "plan_matches_stream": plan_matches_stream(engine)}
+
+
+def plan_matches_stream(engine: TrainEngine, bucket_bytes: int = 2**16) -> bool:
+    """The weight sender's plan (meta tensors) names what the stream yields on the stage leader."""
+    def specs(buckets) -> list[list[tuple[str, torch.dtype, tuple[int, ...]]]]:
+        return [[(n, t.dtype, tuple(t.shape)) for n, t in b] for b in buckets]
+
+    streamed = specs(engine.iter_hf_weights(bucket_bytes))  # a collective: every rank iterates it
+    return not engine.is_stage_leader or specs(engine.hf_weight_plan(bucket_bytes)) == streamed
 
 
 def padded_logprobs(engine: TrainEngine, trajs: list[Trajectory]) -> list[list[float]]:
