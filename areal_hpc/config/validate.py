@@ -121,6 +121,27 @@ def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
+def trainer_layout_problems(cfg: ExperimentConfig) -> list[str]:
+    """How the model cannot be split over trainer.tp x trainer.pp (the one copy of these rules:
+    the config check and the trainer's start both ask it). Needs tp, pp >= 1."""
+    m, t = cfg.model, cfg.trainer
+    problems = []
+    if m.num_attention_heads % t.tp or m.num_query_groups % t.tp:
+        problems.append(
+            f"trainer.tp = {t.tp}: must divide model.num_attention_heads = {m.num_attention_heads}"
+            f" and model.num_query_groups = {m.num_query_groups}"
+        )
+    if m.vocab_size % t.tp:
+        problems.append(f"trainer.tp = {t.tp}: must divide model.vocab_size = {m.vocab_size}")
+    if m.intermediate_size % t.tp:
+        problems.append(f"trainer.tp = {t.tp}: must divide model.intermediate_size = {m.intermediate_size}")
+    if m.num_layers % t.pp:
+        problems.append(f"trainer.pp = {t.pp}: must divide model.num_layers = {m.num_layers}")
+    if t.sequence_parallel and t.tp == 1:
+        problems.append("trainer.sequence_parallel = true: needs trainer.tp > 1")
+    return problems
+
+
 def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
     m, t, g, r = cfg.model, cfg.trainer, cfg.generator, cfg.rollout
     problems = []
@@ -134,16 +155,12 @@ def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
             f"model.num_query_groups = {m.num_query_groups}: does not divide"
             f" model.num_attention_heads = {m.num_attention_heads}"
         )
-    for key, size in (("trainer.tp", t.tp), ("generator.tensor_parallel_size", g.tensor_parallel_size)):
-        if m.num_attention_heads % size or m.num_query_groups % size:
-            problems.append(
-                f"{key} = {size}: must divide model.num_attention_heads = {m.num_attention_heads}"
-                f" and model.num_query_groups = {m.num_query_groups}"
-            )
-    if m.num_layers % t.pp:
-        problems.append(f"trainer.pp = {t.pp}: does not divide model.num_layers = {m.num_layers}")
-    if t.sequence_parallel and t.tp == 1:
-        problems.append("trainer.sequence_parallel = true: needs trainer.tp > 1")
+    problems += trainer_layout_problems(cfg)
+    if m.num_attention_heads % g.tensor_parallel_size or m.num_query_groups % g.tensor_parallel_size:
+        problems.append(
+            f"generator.tensor_parallel_size = {g.tensor_parallel_size}: must divide model.num_attention_heads"
+            f" = {m.num_attention_heads} and model.num_query_groups = {m.num_query_groups}"
+        )
     longest = r.max_prompt_len + r.max_new_tokens
     if longest > m.max_position_embeddings:
         problems.append(

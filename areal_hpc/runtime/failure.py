@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 
+from areal_hpc.runtime.layout import Role
 from areal_hpc.runtime.messages import WorkerFailed
 from areal_hpc.runtime.transport import Channel
 
@@ -35,15 +36,15 @@ def reason_of(exc: BaseException) -> str:
 
 
 def describe(failed: WorkerFailed) -> str:
-    return f"rank {failed.rank} ({failed.role}) failed: {failed.reason}"
+    return f"rank {failed.rank} ({failed.role} {failed.index}) failed: {failed.reason}"
 
 
-def worker_failed(chan: Channel, role: str, exc: BaseException) -> None:
+def worker_failed(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
     """Report `exc` to rank 0, wait for the abort, and leave without MPI_Finalize."""
     traceback.print_exception(exc, file=sys.stderr)
     sys.stderr.flush()
     try:
-        chan.send(CONTROLLER_RANK, WorkerFailed(chan.rank, role, reason_of(exc)))
+        chan.send(CONTROLLER_RANK, WorkerFailed(chan.rank, role, index, reason_of(exc)))
         chan.flush(ABORT_GRACE_S / 2)
         time.sleep(ABORT_GRACE_S)
     finally:

@@ -13,7 +13,7 @@ import logging
 import time
 
 from areal_hpc.runtime import fault
-from areal_hpc.runtime.layout import CONTROLLER_RANK
+from areal_hpc.runtime.layout import CONTROLLER_RANK, Role
 from areal_hpc.runtime.messages import (
     GenerateRequest,
     LaunchPlan,
@@ -116,7 +116,7 @@ class GeneratorRank:
             async with RewardPool(cfg.reward) as pool:
                 fault.check("generator", self.index, "join")
                 await self._join_weight_groups(gen)
-                self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, "generator"))
+                self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, Role.GENERATOR))
                 log.info("generator %d ready", self.index)
                 self._spawn(self._collect(gen, pool, tokenizer))
                 await self._serve(gen)

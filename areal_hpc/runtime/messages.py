@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_hpc.runtime.layout import Role
+
 
 @dataclass
 class SamplingParams:
@@ -68,9 +70,9 @@ class Trajectory:
 
 @dataclass
 class TrainBatch:
-    """Controller -> trainer leader: the trajectories of one training step."""
+    """Controller -> trainer leader: the trajectories to train the policy at `version` on."""
 
-    step: int
+    version: int
     trajectories: list[Trajectory]
 
 
@@ -101,10 +103,10 @@ class WeightsLoaded:
 
 @dataclass
 class SaveCheckpoint:
-    """Controller -> trainer leader: write the trainer's part of checkpoint `path`."""
+    """Controller -> trainer leader: write the trainer's part of checkpoint `path` (of `version`)."""
 
     path: str
-    step: int
+    version: int
 
 
 @dataclass
@@ -126,7 +128,9 @@ class WorkerFailed:
     """Any rank -> controller: an exception ended this rank's work."""
 
     rank: int
-    role: str
+    role: Role
+    # Index among the ranks of the role (trainer 0, generator 3).
+    index: int
     reason: str
 
 
@@ -169,7 +173,7 @@ class WorkerReady:
     """Any worker -> controller: started, weights loaded, weight groups joined."""
 
     rank: int
-    role: str
+    role: Role
 
 
 @dataclass

@@ -11,7 +11,7 @@ import logging
 
 from areal_hpc.controller.checkpoint import trainer_dir
 from areal_hpc.runtime import fault
-from areal_hpc.runtime.layout import CONTROLLER_RANK, trainer_ranks
+from areal_hpc.runtime.layout import CONTROLLER_RANK, Role, trainer_ranks
 from areal_hpc.runtime.messages import (
     CheckpointSaved,
     LaunchPlan,
@@ -70,7 +70,7 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
     else:
         engine.load_hf(plan.model_dir)
     sender = _weight_sender(plan, chan, engine.ranks.pp_rank) if engine.is_stage_leader else None
-    chan.send(CONTROLLER_RANK, WorkerReady(chan.rank, "trainer"))
+    chan.send(CONTROLLER_RANK, WorkerReady(chan.rank, Role.TRAINER))
     log.info("trainer rank %d ready at version %d", index, engine.version)
     while True:
         if index == 0:
@@ -81,8 +81,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
             _, msg = chan.recv(leader)
         if isinstance(msg, TrainBatch):
             fault.check("trainer", index, "step")
-            if msg.step != engine.version:
-                raise RuntimeError(f"batch for step {msg.step} but the trainer is at version {engine.version}")
+            if msg.version != engine.version:
+                raise RuntimeError(f"batch for version {msg.version} but the trainer is at version {engine.version}")
             metrics = engine.train_step(msg.trajectories, cfg.total_steps)
             if index == 0:
                 chan.send(CONTROLLER_RANK, StepDone(engine.version, metrics))

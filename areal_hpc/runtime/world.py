@@ -102,7 +102,7 @@ def _worker(chan: Channel) -> int:
 
             generator_rank.run(msg, chan, index)
     except BaseException as e:
-        worker_failed(chan, f"{role} {index}", e)
+        worker_failed(chan, role, index, e)
     return 0
 
 

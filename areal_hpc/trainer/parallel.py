@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.validate import trainer_layout_problems
 from areal_hpc.trainer import cpu_compat
 from areal_hpc.trainer.errors import ParallelConfigError
 
@@ -30,29 +31,16 @@ def resolve_device(cfg: ExperimentConfig) -> str:
 
 def parallel_problems(cfg: ExperimentConfig, world_size: int) -> list[str]:
     """Why the trainer layout cannot run, one line each; empty when it can."""
-    m, t = cfg.model, cfg.trainer
-    problems = []
+    t = cfg.trainer
     if min(t.tp, t.pp, t.dp) < 1:
         return [f"trainer.tp/pp/dp = {t.tp}/{t.pp}/{t.dp}: each must be >= 1"]
+    problems = []
     if t.tp * t.pp * t.dp != world_size:
         problems.append(
             f"trainer.tp * trainer.pp * trainer.dp = {t.tp}*{t.pp}*{t.dp} = {t.tp * t.pp * t.dp}"
             f" but the trainer world has {world_size} ranks"
         )
-    if m.num_attention_heads % t.tp or m.num_query_groups % t.tp:
-        problems.append(
-            f"trainer.tp = {t.tp}: must divide model.num_attention_heads = {m.num_attention_heads}"
-            f" and model.num_query_groups = {m.num_query_groups}"
-        )
-    if m.vocab_size % t.tp:
-        problems.append(f"trainer.tp = {t.tp}: must divide model.vocab_size = {m.vocab_size}")
-    if m.intermediate_size % t.tp:
-        problems.append(f"trainer.tp = {t.tp}: must divide model.intermediate_size = {m.intermediate_size}")
-    if m.num_layers % t.pp:
-        problems.append(f"trainer.pp = {t.pp}: must divide model.num_layers = {m.num_layers}")
-    if t.sequence_parallel and t.tp == 1:
-        problems.append("trainer.sequence_parallel = true: needs trainer.tp > 1")
-    return problems
+    return problems + trainer_layout_problems(cfg)
 
 
 def check_parallel(cfg: ExperimentConfig, world_size: int) -> None:

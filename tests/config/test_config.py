@@ -129,7 +129,7 @@ def test_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture, yaml_text: 
     "override,fragment",
     [
         ("trainer.tp=3", "trainer.tp = 3: must divide model.num_attention_heads"),
-        ("trainer.pp=3", "trainer.pp = 3: does not divide model.num_layers"),
+        ("trainer.pp=3", "trainer.pp = 3: must divide model.num_layers"),
         ("model.num_query_groups=3", "model.num_query_groups = 3: does not divide"),
         ("generator.tensor_parallel_size=8", "generator.tensor_parallel_size = 8"),
         ("trainer.micro_batch_tokens=100", "trainer.micro_batch_tokens = 100"),
@@ -217,3 +217,14 @@ def test_round_trip_through_yaml(tmp_path: Path, path: str) -> None:
     again = load_config(tmp_path / "resolved.yaml")
     assert again == cfg
     assert to_yaml(again) == to_yaml(cfg)
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("model.vocab_size=511", "trainer.tp = 2: must divide model.vocab_size = 511"),
+    ("model.intermediate_size=383", "trainer.tp = 2: must divide model.intermediate_size = 383"),
+])
+def test_the_config_check_knows_every_trainer_layout_rule(override: str, fragment: str) -> None:
+    """The trainer's own start-up check and the config check are one rule set."""
+    with pytest.raises(ConfigError) as info:
+        load_config("configs/experiments/tiny-cpu.yaml", ["trainer.tp=2", override])
+    assert fragment in str(info.value)

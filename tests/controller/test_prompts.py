@@ -87,5 +87,5 @@ def test_stream_is_reproducible_covers_each_epoch_and_reissues_returned_ids():
     t = PromptStream(5, seed=3)
     t.load_state_dict(state)
     assert [t.next() for _ in range(3)] == [2, 7, 10]
-    assert t.state_dict(reissue=[4]) == {"position": 10, "returned": [4]}
+    assert t.state_dict(reissue=[4]) == {"position": 11, "returned": [4]}
     assert [PromptStream(4, 0, shuffle=False).index(i) for i in range(6)] == [0, 1, 2, 3, 0, 1]

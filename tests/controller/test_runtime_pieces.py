@@ -9,6 +9,7 @@ from areal_hpc.reward.task import CodeTask, MathTask
 from areal_hpc.runtime import fault
 from areal_hpc.runtime.failure import describe, reason_of
 from areal_hpc.runtime.generator_rank import reward_task
+from areal_hpc.runtime.layout import Role
 from areal_hpc.runtime.messages import WorkerFailed
 
 
@@ -23,7 +24,7 @@ def test_failure_reason_names_the_exception_and_where():
     except ValueError as e:
         reason = reason_of(e)
     assert reason.startswith("ValueError: bad batch (at test_runtime_pieces.py:")
-    assert describe(WorkerFailed(2, "generator 0", reason)).startswith("rank 2 (generator 0) failed: ValueError")
+    assert describe(WorkerFailed(2, Role.GENERATOR, 0, reason)).startswith("rank 2 (generator 0) failed: ValueError")
 
 
 def test_reward_task_from_spec():
