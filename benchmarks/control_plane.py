@@ -7,7 +7,8 @@
    the sender holds is what it has taken from the stream and not yet let go. Two modes, each in a
    fresh process: `listed` (every bucket taken before the first is sent: the sender before issue
    14) and `streamed` (a plan first, then at most the bucket on the wire and the next). Peak
-   extra = the process's peak resident memory during the update minus its resident memory before.
+   extra = the process's peak resident memory (VmHWM, reset just before) during the update minus
+   its resident memory before it.
 2. Lifelines: rank 0's LifelineServer with --lifelines connections (a 513-rank job has 512): the
    time for all of them to connect and be named, and the cost of one `ended()` poll with all of
    them held (rank 0 polls every loop turn, ~2 ms), which epoll keeps independent of the count.
@@ -34,9 +35,15 @@ from areal_hpc.runtime.network import free_port
 MODES = ("listed", "streamed")
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) * 1024
+
+
+def _reset_peak_rss() -> None:
+    """Make VmHWM (the peak resident memory) the current resident memory (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _buckets(count: int, elements: int):
@@ -50,15 +57,15 @@ def _sender(mode: str, port: int, count: int, elements: int, results) -> None:
     torch.set_num_threads(1)
     sender = WeightSender("127.0.0.1", port, 2)
     plan = [[(f"layer{i}.weight", torch.empty(elements, device="meta"))] for i in range(count)]
-    before = _rss_bytes()
+    _reset_peak_rss()
+    before = _status_bytes("VmRSS")
     start = time.perf_counter()
     if mode == "listed":
         sender.send(1, _buckets(count, elements))
     else:
         sender.send(1, _buckets(count, elements), plan=plan)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    results.put({"extra_bytes": peak - before, "send_s": seconds})
+    results.put({"extra_bytes": _status_bytes("VmHWM") - before, "send_s": seconds})
     sender.close()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import resource
 
 import pytest
 import torch
@@ -140,9 +139,15 @@ def _stream_tensor(i: int) -> torch.Tensor:
     return torch.full((STREAM_ELEMENTS,), float(i + 1))
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _reset_peak_rss() -> None:
+    """Make VmHWM (the peak resident memory) the current resident memory (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def _stream_send(port: int, results) -> None:
@@ -154,9 +159,10 @@ def _stream_send(port: int, results) -> None:
 
     plan = [[(f"w{i}", torch.empty(STREAM_ELEMENTS, device="meta"))] for i in range(STREAM_BUCKETS)]
     sender = WeightSender("127.0.0.1", port, 2)
-    before = _rss()
+    _reset_peak_rss()
+    before = _status_kib("VmRSS")
     sums = sender.send(3, stream(), plan=plan)
-    extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    extra = (_status_kib("VmHWM") - before) * 1024
     results.put((sums, extra / (STREAM_ELEMENTS * 4)))
     try:  # a stream that breaks its plan is an error on the sender, not a silent wrong update
         sender.send(4, iter([[("w0", torch.zeros(3))]]), plan=[[("w0", torch.empty(3, 2, device="meta"))]])
