@@ -166,6 +166,7 @@ def plot(report: dict, path: Path) -> None:
     b.set_xscale("log", base=2)
     b.set_xlabel("lifelines held by rank 0")
     b.set_ylabel("one ended() poll (us)")
+    b.set_ylim(bottom=0)
     b.set_title("Rank 0's lifeline poll cost", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
