@@ -48,13 +48,10 @@ class StalenessManager:
         self.running += n
 
     def accept(self, n: int = 1) -> None:
-        self._finish(n)
-        self.accepted += n
-
-    def _finish(self, n: int) -> None:
         if n > self.running:
             raise RuntimeError(f"finishing {n} prompts but only {self.running} are running")
         self.running -= n
+        self.accepted += n
 
     def set_version(self, version: int) -> None:
         if version < self.version:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -93,6 +94,22 @@ def test_bucketed_respects_the_budget_and_keeps_order():
     assert [[n for n, _ in b] for b in buckets] == [["t0", "t1"], ["t2"], ["t3"], ["t4"]]
 
 
+@contextmanager
+def sender_process(target, *args):
+    """Run target(port, *args, results) in a spawned process; yields (port, results) to the
+    receiving side and checks the process ended cleanly."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    process = ctx.Process(target=target, args=(port, *args, results))
+    process.start()
+    try:
+        yield port, results
+    finally:
+        process.join(timeout=60)
+    assert process.exitcode == 0
+
+
 def _send(port: int, version: int, tensors, results) -> None:
     sender = WeightSender("127.0.0.1", port, 2)
     for v in (version, version + 1):
@@ -106,12 +123,7 @@ def _send(port: int, version: int, tensors, results) -> None:
 def test_tensors_arrive_bit_exact_over_a_gloo_group_and_a_refusal_reaches_the_sender():
     tensors = named() + [(f"h{i}", torch.randn(3, 5).to(torch.float16)) for i in range(3)]
     tensors += [("bf", torch.randn(9).to(torch.bfloat16)), ("scalar", torch.tensor(1.5))]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    process = ctx.Process(target=_send, args=(port, 5, tensors, results))
-    process.start()
-    try:
+    with sender_process(_send, 5, tensors) as (port, results):
         link = Link("gloo", "127.0.0.1", port, 1, 2)
         header = link.recv_header()
         assert header.version == 5 and len(header.buckets) > 1
@@ -126,9 +138,6 @@ def test_tensors_arrive_bit_exact_over_a_gloo_group_and_a_refusal_reaches_the_se
         assert link.sum(1) == 1
         assert "refused by 1 receiver" in results.get(timeout=60)
         link.close()
-    finally:
-        process.join(timeout=60)
-    assert process.exitcode == 0
 
 
 STREAM_BUCKETS = 10
@@ -174,12 +183,7 @@ def _stream_send(port: int, results) -> None:
 def test_a_streamed_update_holds_about_two_buckets():
     """The bucket on the wire and the next one, gathered meanwhile; listing the stream first (the
     sender before streaming) would hold all ten."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    process = ctx.Process(target=_stream_send, args=(port, results))
-    process.start()
-    try:
+    with sender_process(_stream_send) as (port, results):
         link = Link("gloo", "127.0.0.1", port, 1, 2)
         header = link.recv_header()
         assert [[s.name for s in b] for b in header.buckets] == [[f"w{i}"] for i in range(STREAM_BUCKETS)]
@@ -196,6 +200,3 @@ def test_a_streamed_update_holds_about_two_buckets():
         assert link.sum(0) == 0
         assert "bucket 0 of the weight stream differs from its plan" in results.get(timeout=60)
         link.close()
-    finally:
-        process.join(timeout=60)
-    assert process.exitcode == 0
