@@ -43,6 +43,6 @@ lint: venv
 # model (cached in .cache/). Ends with a summary table and the path of its plot.
 QUICKSTART_CONFIG := configs/experiments/quickstart.yaml
 quickstart: venv
-	$(PY) -m areal_hpc.data.warm_start $(QUICKSTART_CONFIG)
+	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CONFIG)
 	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
 		--set checkpoint.resume=never

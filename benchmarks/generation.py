@@ -33,7 +33,7 @@ from areal_hpc.data.arithmetic import make_splits
 from areal_hpc.data.tiny_model import build_tiny_model
 from areal_hpc.rollout.checkpoint_sender import CheckpointSender
 from areal_hpc.rollout.generator import Generator
-from areal_hpc.runtime.messages import GenerateRequest, SamplingParams
+from areal_hpc.wire.messages import GenerateRequest, SamplingParams
 
 CONFIG = "configs/experiments/tiny-cpu.yaml"
 GROUP = 4

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from areal_hpc.config.load import load_config
-from areal_hpc.data.warm_start import ensure_prepared
 from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
+from areal_hpc.recipes.warm_start import ensure_prepared
 
 CONFIG = "configs/experiments/quickstart.yaml"
 MPIEXEC = Path(sys.executable).with_name("mpiexec")

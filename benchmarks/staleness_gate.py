@@ -16,7 +16,7 @@ of this script:
    at once instead of 128, one PPO minibatch). Effective throughput is trained tokens
    per wall second, the median over the steps after the first; staleness is the trained
    batches' (policy version minus a trajectory's oldest token version).
-2. The cluster simulator, which runs the controller's StalenessManager, at the paper's scale:
+2. The cluster simulator, which runs the controller's own Scheduler, at the paper's scale:
    1.5B on 128 GPUs and 7B on 256 GPUs, 32k context, eta in {1, 2, 4, 8}.
 
 Writes staleness_gate.json and .png under --out and prints both tables.

@@ -36,7 +36,7 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "A100": 312e12, "A8
 
 
 def ppo_batch(seed: int, prompts: int, group: int, max_prompt: int, max_new: int, vocab: int):
-    from areal_hpc.runtime.messages import Trajectory
+    from areal_hpc.wire.messages import Trajectory
 
     rng = random.Random(seed)
     out = []
@@ -54,6 +54,7 @@ def cpu_worker(layout: str, model_dir: str, steps: int, result_file: str) -> Non
     import torch
 
     from areal_hpc.config import load_config
+    from areal_hpc.trainer.batch_plan import shards
     from areal_hpc.trainer.engine import TrainEngine
     from areal_hpc.trainer.parallel import init_trainer_world
 
@@ -68,8 +69,9 @@ def cpu_worker(layout: str, model_dir: str, steps: int, result_file: str) -> Non
     for step in range(steps + 1):
         for t, lps in zip(batch, engine.compute_logprobs(batch), strict=True):
             t.logprobs, t.versions = lps, [engine.version] * len(lps)
+        shard = shards(cfg, engine.version, batch)[engine.ranks.dp_rank]  # rank 0's work under the controller
         cpu_start = time.process_time()
-        metrics = engine.train_step(batch)
+        metrics = engine.train_step(shard)
         if step > 0:  # the first step pays for one-time allocations
             seconds.append(metrics["step_s"])
             cpu_seconds.append(time.process_time() - cpu_start)

@@ -172,9 +172,10 @@ def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
             f"trainer.micro_batch_tokens = {t.micro_batch_tokens}: smaller than the longest sequence"
             f" (max_prompt_len + max_new_tokens = {longest})"
         )
-    if cfg.ppo.minibatches > r.batch_prompts * r.group_size:
+    # Every data-parallel replica trains a part of every minibatch (trainer/batch_plan.py).
+    if cfg.ppo.minibatches * t.dp > r.batch_prompts * r.group_size:
         problems.append(
-            f"ppo.minibatches = {cfg.ppo.minibatches}: more than the trajectories per step"
+            f"ppo.minibatches = {cfg.ppo.minibatches} x trainer.dp = {t.dp}: more than the trajectories per step"
             f" (rollout.batch_prompts * rollout.group_size = {r.batch_prompts * r.group_size})"
         )
     return problems

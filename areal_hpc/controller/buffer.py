@@ -8,9 +8,10 @@ batch takes the groups submitted earliest, so the oldest data is consumed first.
 from __future__ import annotations
 
 import heapq
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field
 
-from areal_hpc.runtime.messages import Trajectory
+from areal_hpc.wire.messages import Trajectory
 
 
 @dataclass
@@ -21,10 +22,20 @@ class Group:
     seq: int
     size: int
     trajectories: list[Trajectory] = field(default_factory=list)
+    # Bit i set: sample i arrived (a duplicate is caught in O(1)).
+    arrived: int = 0
 
     @property
     def complete(self) -> bool:
         return len(self.trajectories) == self.size
+
+
+def _take(counts: Counter[int], version: int) -> None:
+    """One prompt fewer at `version`; a version with none left is dropped, so the gate's loop
+    sees only versions still present."""
+    counts[version] -= 1
+    if not counts[version]:
+        del counts[version]
 
 
 class TrajectoryBuffer:
@@ -32,6 +43,11 @@ class TrajectoryBuffer:
         self._running: dict[int, Group] = {}
         self._ready: list[tuple[int, int, Group]] = []  # heap of (seq, prompt_id, group)
         self._seq = 0
+        # Prompts per submission version, for the staleness gate without a sort per turn.
+        self.running_versions: Counter[int] = Counter()
+        self.ready_versions: Counter[int] = Counter()
+        # Bumped whenever those counts change: a gate computed from them stays valid until then.
+        self.revision = 0
 
     def open(self, prompt_id: int, version: int, size: int) -> Group:
         if prompt_id in self._running:
@@ -39,6 +55,8 @@ class TrajectoryBuffer:
         group = Group(prompt_id, version, self._seq, size)
         self._seq += 1
         self._running[prompt_id] = group
+        self.running_versions[version] += 1
+        self.revision += 1
         return group
 
     def add(self, traj: Trajectory) -> Group | None:
@@ -46,15 +64,23 @@ class TrajectoryBuffer:
         group = self._running.get(traj.prompt_id)
         if group is None:
             raise KeyError(f"sample of prompt {traj.prompt_id}, which is not running")
-        if any(t.sample_index == traj.sample_index for t in group.trajectories):
+        bit = 1 << traj.sample_index
+        if group.arrived & bit:
             raise KeyError(f"sample {traj.sample_index} of prompt {traj.prompt_id} arrived twice")
+        group.arrived |= bit
         group.trajectories.append(traj)
         if not group.complete:
             return None
         del self._running[traj.prompt_id]
         group.trajectories.sort(key=lambda t: t.sample_index)
-        heapq.heappush(self._ready, (group.seq, group.prompt_id, group))
+        _take(self.running_versions, group.version)
+        self._push_ready(group)
         return group
+
+    def _push_ready(self, group: Group) -> None:
+        heapq.heappush(self._ready, (group.seq, group.prompt_id, group))
+        self.ready_versions[group.version] += 1
+        self.revision += 1
 
     @property
     def ready(self) -> int:
@@ -72,27 +98,26 @@ class TrajectoryBuffer:
     def ready_ids(self) -> list[int]:
         return [pid for _, pid, _ in sorted(self._ready)]
 
-    def versions_after(self, n: int) -> list[int]:
-        """Submission versions of the prompts left untrained if the `n` oldest complete groups were
-        trained now: every running group and the newer complete ones."""
-        newer = sorted(self._ready)[n:]
-        return [g.version for g in self._running.values()] + [g.version for _, _, g in newer]
-
     def pop_batch(self, n: int) -> list[Group]:
         """The `n` complete groups submitted earliest."""
         if n > len(self._ready):
             raise ValueError(f"asked for {n} groups but only {len(self._ready)} are complete")
-        return [heapq.heappop(self._ready)[2] for _ in range(n)]
+        batch = [heapq.heappop(self._ready)[2] for _ in range(n)]
+        for group in batch:
+            _take(self.ready_versions, group.version)
+        self.revision += 1
+        return batch
 
     def state_dict(self) -> dict:
         """Complete groups only: running prompts go back to the queue on resume."""
-        return {"seq": self._seq, "ready": [asdict(g) for _, _, g in sorted(self._ready)]}
+        return {"seq": self._seq, "ready": [{**vars(g), "trajectories": [t.to_state() for t in g.trajectories]}
+                                            for _, _, g in sorted(self._ready)]}
 
     @classmethod
     def from_state(cls, state: dict) -> TrajectoryBuffer:
         buf = cls()
         buf._seq = state["seq"]
         for g in state["ready"]:
-            group = Group(**{**g, "trajectories": [Trajectory(**t) for t in g["trajectories"]]})
-            heapq.heappush(buf._ready, (group.seq, group.prompt_id, group))
+            group = Group(**{**g, "trajectories": [Trajectory.from_state(t) for t in g["trajectories"]]})
+            buf._push_ready(group)
         return buf

@@ -20,6 +20,7 @@ it could fill the batches while it is still generating. Two training gates (roll
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -63,16 +64,21 @@ class StalenessManager:
         """Whether a ready batch may wait for stragglers (the strict gate)."""
         return self.gate == "strict"
 
-    def may_train(self, untrained_versions: list[int]) -> bool:
-        """Whether a batch may train at the current version, given the submission versions of the
-        prompts that would remain untrained after it (running ones and newer buffered ones)."""
+    def may_train(self, running: Mapping[int, int], ready: Mapping[int, int]) -> bool:
+        """Whether the oldest complete batch may train at the current version, given the prompts
+        in flight and the complete ones, as counts per submission version. The batch takes the
+        oldest complete prompts, which have the lowest versions. O(distinct versions), at most
+        eta + 2 of them under the bound, whatever the number of prompts in flight."""
         if not self.strict:
             return True
-        left = 0
-        for v in sorted(untrained_versions):
-            left += 1
+        skip, left = self.batch_prompts, 0
+        for v in sorted(running.keys() | ready.keys()):
+            taken = min(skip, ready.get(v, 0))
+            skip -= taken
+            count = running.get(v, 0) + ready.get(v, 0) - taken
+            left += count
             # Prompts submitted at <= v must fit in the batches of versions version+1 .. v+eta.
-            if left > (v + self.eta - self.version) * self.batch_prompts:
+            if count and left > (v + self.eta - self.version) * self.batch_prompts:
                 return False
         return True
 

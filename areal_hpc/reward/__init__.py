@@ -3,7 +3,7 @@ asynchronous pool of worker processes beside each generator."""
 
 from areal_hpc.reward.code_tests import TestCase, TestSuite, load_tests, parse_tests
 from areal_hpc.reward.pool import RewardPool
-from areal_hpc.reward.task import CodeTask, MathTask, Task, Verdict
+from areal_hpc.reward.task import CodeReference, CodeTask, MathReference, MathTask, Reference, Task, Verdict
 
-__all__ = ["CodeTask", "MathTask", "RewardPool", "Task", "TestCase", "TestSuite", "Verdict", "load_tests",
-           "parse_tests"]
+__all__ = ["CodeReference", "CodeTask", "MathReference", "MathTask", "Reference", "RewardPool", "Task", "TestCase",
+           "TestSuite", "Verdict", "load_tests", "parse_tests"]

@@ -31,6 +31,31 @@ Task = MathTask | CodeTask
 
 
 @dataclass(frozen=True)
+class MathReference:
+    """A math prompt's reference answer, as the data set gives it."""
+
+    answer: str
+
+    def task(self, response: str) -> MathTask:
+        return MathTask(response, self.answer)
+
+
+@dataclass(frozen=True)
+class CodeReference:
+    """A coding prompt's tests, parsed once when the data is loaded (not once per sample)."""
+
+    tests: TestSuite
+
+    def task(self, response: str) -> CodeTask:
+        return CodeTask(response, self.tests)
+
+
+# What a generator needs to score any response to one prompt; built at preflight, sent with the
+# prompt's GenerateRequest.
+Reference = MathReference | CodeReference
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The reward of one task. `passed`/`total` count test cases (1/1 or 0/1 for math)."""
 

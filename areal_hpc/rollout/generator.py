@@ -28,10 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import UserError
 from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferError
-from areal_hpc.runtime.messages import GenerateRequest, SamplingParams, Trajectory
+from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory
 
 INTERRUPT_MODES = ("abort", "keep", "wait")
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -198,15 +200,15 @@ class Generator:
     def _check(self, request: GenerateRequest) -> None:
         p, s = request.prompt_ids, request.sampling
         where = f"request for prompt {request.prompt_id}"
-        if not p:
+        if len(p) == 0:
             raise InvalidRequest(f"{where}: the prompt is empty")
         if len(p) >= self._max_model_len:
             raise PromptTooLong(
                 f"{where}: the prompt has {len(p)} tokens but the model's context is {self._max_model_len}, "
                 "which leaves no room to generate"
             )
-        bad = [t for t in p if not 0 <= t < self._vocab_size]
-        if bad:
+        bad = p[(p < 0) | (p >= self._vocab_size)]
+        if len(bad):
             raise InvalidRequest(f"{where}: token id {bad[0]} is outside the vocabulary [0, {self._vocab_size})")
         if request.group_size < 1:
             raise InvalidRequest(f"{where}: group_size = {request.group_size}, must be >= 1")
@@ -234,7 +236,7 @@ class Generator:
         )
 
     async def _generate(self, prompt_ids: list[int], params):
-        """The final RequestOutput of one engine request."""
+        """The final RequestOutput of one engine request (`prompt_ids`: a list of Python ints, as TokensPrompt takes)."""
         from vllm.inputs import TokensPrompt
 
         final = None
@@ -244,35 +246,40 @@ class Generator:
         return final
 
     async def _sample(self, request: GenerateRequest, index: int, submitted: float) -> None:
-        out: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
+        # One array of each per engine request: more than one when weight updates aborted it.
+        ids: list[np.ndarray] = []
+        logprobs: list[np.ndarray] = []
+        versions: list[np.ndarray] = []
+        generated = 0
         budget = request.sampling.max_new_tokens
         try:
             for attempt in itertools.count():
                 await self._serving.wait()
-                params = self._params(request.sampling, index, attempt, budget - len(out))
-                c = (await self._generate(request.prompt_ids + out, params)).outputs[0]
-                ids = list(c.token_ids)
-                out += ids
-                logprobs += [pos[tok].logprob for pos, tok in zip(c.logprobs, ids, strict=True)]
-                versions += [int(span.version) for span in c.weight_versions or () for _ in range(span.start, span.end)]
+                params = self._params(request.sampling, index, attempt, budget - generated)
+                c = (await self._generate(np.concatenate([request.prompt_ids, *ids]).tolist(), params)).outputs[0]
+                n = len(c.token_ids)
+                ids.append(np.asarray(c.token_ids, dtype=np.int32))
+                logprobs.append(np.fromiter((pos[tok].logprob for pos, tok in zip(c.logprobs, c.token_ids, strict=True)),
+                                            dtype=np.float32, count=n))
+                spans = c.weight_versions or ()
+                versions.append(np.repeat(np.array([int(s.version) for s in spans], dtype=np.int32),
+                                          [s.end - s.start for s in spans]))
+                generated += n
                 finish = c.finish_reason
                 # "abort" means a weight update interrupted the sample: continue it on new weights.
                 if finish != "abort":
                     break
-                if len(out) >= budget:
+                if generated >= budget:
                     finish = "length"
                     break
-            if len(versions) != len(out):
-                raise RuntimeError(f"{len(out)} tokens but {len(versions)} version labels")
+            # The constructor refuses version labels that do not cover every token.
             trajectory = Trajectory(
                 prompt_id=request.prompt_id,
                 sample_index=index,
-                prompt_ids=list(request.prompt_ids),
-                output_ids=out,
-                logprobs=logprobs,
-                versions=versions,
+                prompt_ids=request.prompt_ids,
+                output_ids=np.concatenate(ids),
+                logprobs=np.concatenate(logprobs),
+                versions=np.concatenate(versions),
                 finish_reason=finish,
                 generate_s=time.monotonic() - submitted,
             )
@@ -345,7 +352,8 @@ class Generator:
         params = VllmSamplingParams(max_tokens=1, prompt_logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
 
         async def one(prompt: Sequence[int], output: Sequence[int]) -> list[float]:
-            final = await self._generate(list(prompt) + list(output), params)
+            output = [int(t) for t in output]
+            final = await self._generate([*map(int, prompt), *output], params)
             lps = final.prompt_logprobs
             return [lps[len(prompt) + i][tok].logprob for i, tok in enumerate(output)]
 

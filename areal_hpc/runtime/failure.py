@@ -4,27 +4,33 @@ A worker that raises sends WorkerFailed to rank 0 and waits to be aborted; rank 
 rank, role and reason and calls MPI_Abort, which makes mpiexec (or srun) kill every rank and exit
 non-zero. If rank 0 cannot do it in time, the worker leaves with os._exit, which the launcher
 also treats as a failure of the job. A rank killed outright (kill -9) is seen by the launcher too,
-and by rank 0 through the rank's lifeline (runtime/lifeline.py); the rank's children die with it
+and by rank 0 through the rank's lifeline (wire/lifeline.py); the rank's children die with it
 (runtime/parent_death.py).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
+import struct
 import sys
+import termios
 import time
 import traceback
 
-from areal_hpc.runtime.layout import Role
-from areal_hpc.runtime.messages import WorkerFailed
-from areal_hpc.runtime.transport import Channel
+from areal_hpc.wire.layout import Role
+from areal_hpc.wire.messages import WorkerFailed
+from areal_hpc.wire.transport import Channel
 
 CONTROLLER_RANK = 0
 # Seconds a failed worker waits for rank 0's abort before leaving on its own.
 ABORT_GRACE_S = 10.0
-# Seconds rank 0 waits between printing why the job ends and MPI_Abort. The launcher forwards a
-# rank's output asynchronously and may kill the job first: without the wait, mpiexec lost the
-# line in 11 of 40 runs on a 2-core machine.
+# The launcher forwards a rank's output asynchronously and may kill the job first: without a wait,
+# mpiexec lost rank 0's last line in 11 of 40 runs on a 2-core machine. So rank 0 waits until the
+# launcher has read its output pipes (at most ABORT_DRAIN_S), then ABORT_OUTPUT_S more for the
+# launcher to pass on what it read, then aborts.
+ABORT_DRAIN_S = 10.0
 ABORT_OUTPUT_S = 1.0
 
 
@@ -51,8 +57,23 @@ def worker_failed(chan: Channel, role: Role, index: int, exc: BaseException) -> 
         os._exit(1)
 
 
+def unread_output_bytes(fd: int) -> int:
+    """Bytes written to `fd` that its reader has not read yet, when `fd` is a pipe (as under
+    mpiexec); 0 for a file or a terminal, which hold nothing back."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    except OSError:
+        return 0
+
+
 def abort_job(comm, message: str, code: int = 1) -> None:
-    """Rank 0: print why the job ends and take every rank down."""
+    """Rank 0: print why the job ends and take every rank down, once the launcher has the line."""
     print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    deadline = time.monotonic() + ABORT_DRAIN_S
+    while any(unread_output_bytes(fd) for fd in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(ABORT_OUTPUT_S)
     comm.Abort(code)

@@ -8,13 +8,13 @@ place, so every request that arrives after UpdateWeights(v) is generated with ve
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 
+from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import fault
-from areal_hpc.runtime.layout import CONTROLLER_RANK, Role
-from areal_hpc.runtime.messages import (
+from areal_hpc.wire.layout import CONTROLLER_RANK, Role
+from areal_hpc.wire.messages import (
     GenerateRequest,
     LaunchPlan,
     Shutdown,
@@ -24,29 +24,16 @@ from areal_hpc.runtime.messages import (
     WeightsLoaded,
     WorkerReady,
 )
-from areal_hpc.runtime.transport import POLL_S, Channel
+from areal_hpc.wire.transport import POLL_S, Channel
 
 log = logging.getLogger(__name__)
-
-
-def reward_task(spec: dict, response: str):
-    """The reward service's task for one response, from the request's reward spec."""
-    from areal_hpc.reward.code_tests import parse_tests
-    from areal_hpc.reward.task import CodeTask, MathTask
-
-    if spec["kind"] == "math":
-        return MathTask(response, spec["answer"])
-    if spec["kind"] == "code":
-        tests = spec.get("tests") or json.loads(spec["answer"])
-        return CodeTask(response, parse_tests(tests))
-    raise ValueError(f"unknown reward kind {spec['kind']!r}")
 
 
 class GeneratorRank:
     def __init__(self, plan: LaunchPlan, chan: Channel, index: int) -> None:
         self.plan, self.chan, self.index = plan, chan, index
         self.cfg = plan.config
-        self.specs: dict[int, tuple[dict, int]] = {}  # prompt id -> (reward spec, samples left)
+        self.references: dict[int, tuple[Reference, int]] = {}  # prompt id -> (reference, samples left)
         self.tasks: set[asyncio.Task] = set()
         self.failure: BaseException | None = None
 
@@ -89,14 +76,14 @@ class GeneratorRank:
             self._spawn(self._score_and_send(traj, pool, tokenizer))
 
     async def _score_and_send(self, traj: Trajectory, pool, tokenizer) -> None:
-        spec, left = self.specs[traj.prompt_id]
+        reference, left = self.references[traj.prompt_id]
         if left == 1:
-            del self.specs[traj.prompt_id]
+            del self.references[traj.prompt_id]
         else:
-            self.specs[traj.prompt_id] = (spec, left - 1)
+            self.references[traj.prompt_id] = (reference, left - 1)
         start = time.monotonic()
-        text = tokenizer.decode(traj.output_ids, skip_special_tokens=True)
-        verdict = await pool.score(reward_task(spec, text))
+        text = tokenizer.decode(traj.output_ids.tolist(), skip_special_tokens=True)
+        verdict = await pool.score(reference.task(text))
         traj.reward = verdict.reward
         traj.reward_reason = verdict.reason
         traj.reward_s = time.monotonic() - start
@@ -132,7 +119,7 @@ class GeneratorRank:
             msg = await self.recv()
             if isinstance(msg, GenerateRequest):
                 fault.check("generator", self.index, "request")
-                self.specs[msg.prompt_id] = (msg.reward_spec, msg.group_size)
+                self.references[msg.prompt_id] = (msg.reference, msg.group_size)
                 gen.submit(msg)
             elif isinstance(msg, UpdateWeights):
                 update = await gen.update_weights(msg.version)

@@ -10,24 +10,31 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from areal_hpc.config.hf import read_hf_config, shape_mismatches
 from areal_hpc.config.load import load_config
-from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.schema import ExperimentConfig, RewardConfig
 from areal_hpc.config.validate import check_world
 from areal_hpc.controller.checkpoint import resume_from
 from areal_hpc.data.prompts import DataError, PromptRow, train_and_eval_prompts
 from areal_hpc.errors import UserError
-from areal_hpc.runtime.messages import LaunchPlan
+from areal_hpc.reward.code_tests import TestFormatError, parse_tests
+from areal_hpc.reward.task import CodeReference, MathReference, Reference
+from areal_hpc.wire.messages import LaunchPlan
 
 
 @dataclass
 class Prompts:
-    """The training and held-out prompts with their token ids (the controller's data)."""
+    """The training and held-out prompts with their token ids (int32) and reward references
+    (the controller's data)."""
 
     train: list[PromptRow]
-    train_ids: list[list[int]]
+    train_ids: list[np.ndarray]
+    train_references: list[Reference]
     held_out: list[PromptRow]
-    held_out_ids: list[list[int]]
+    held_out_ids: list[np.ndarray]
+    held_out_references: list[Reference]
 
 
 def model_dir_of(cfg: ExperimentConfig) -> Path:
@@ -35,7 +42,7 @@ def model_dir_of(cfg: ExperimentConfig) -> Path:
     if cfg.model.path is not None:
         path = Path(cfg.model.path)
     else:
-        from areal_hpc.data.warm_start import ensure_prepared
+        from areal_hpc.recipes.warm_start import ensure_prepared
 
         path = ensure_prepared(cfg)
     problems = shape_mismatches(cfg.model, read_hf_config(path))
@@ -44,7 +51,7 @@ def model_dir_of(cfg: ExperimentConfig) -> Path:
     return path
 
 
-def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str) -> list[list[int]]:
+def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str) -> list[np.ndarray]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -55,20 +62,47 @@ def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str
                 f"{what}: row {n}: the prompt has {len(row_ids)} tokens, more than"
                 f" rollout.max_prompt_len = {max_len}"
             )
-    return ids
+    return [np.asarray(row_ids, dtype=np.int32) for row_ids in ids]
 
 
-# Bad reference answers named in the error before the count of the rest.
+# Bad references named in the error before the count of the rest.
 SHOWN_PROBLEMS = 5
 # Distinct references from which the check says what it is doing (0.5-3 ms each).
 PROGRESS_REFERENCES = 5000
 
 
-def check_references(rows: list[PromptRow], cfg: ExperimentConfig, what: str) -> None:
-    """Math references that math-verify cannot parse would score every response wrong, silently,
-    for the whole run: name them now. Each distinct reference is parsed once (0.5-3 ms)."""
-    if cfg.reward.kind != "math":
-        return
+def _refuse(rows: list[PromptRow], bad: list[str], problem: str, what: str) -> DataError:
+    more = f"; and {len(bad) - SHOWN_PROBLEMS} more rows" if len(bad) > SHOWN_PROBLEMS else ""
+    return DataError(f"{what}: {len(bad)} of {len(rows)} rows have {problem}: " + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
+
+
+def references(rows: list[PromptRow], reward: RewardConfig, what: str) -> list[Reference]:
+    """Every row's reward reference, built once for the whole run: generators score each sample
+    with it as it comes. A reference that would score every response wrong, silently, for the
+    whole run (code tests that do not parse, a math answer math-verify finds no expression in)
+    refuses the launch now, naming its rows."""
+    if reward.kind == "code":
+        return _code_references(rows, what)
+    _check_math_references(rows, reward.timeout_s, what)
+    return [MathReference(row.answer) for row in rows]
+
+
+def _code_references(rows: list[PromptRow], what: str) -> list[Reference]:
+    refs: list[Reference] = []
+    bad = []
+    for n, row in enumerate(rows, 1):
+        try:
+            refs.append(CodeReference(parse_tests(row.answer, f"row {n}")))
+        except TestFormatError as e:
+            bad.append(str(e))
+    if bad:
+        raise _refuse(rows, bad, "unusable tests", what)
+    return refs
+
+
+def _check_math_references(rows: list[PromptRow], timeout_s: float, what: str) -> None:
+    """Name the math references that math-verify cannot parse. Each distinct reference is parsed
+    once (0.5-3 ms)."""
     from areal_hpc.reward.math_check import reference_problem
 
     distinct = len({row.answer for row in rows})
@@ -79,13 +113,11 @@ def check_references(rows: list[PromptRow], cfg: ExperimentConfig, what: str) ->
     bad = []
     for n, row in enumerate(rows, 1):
         if row.answer not in verdicts:
-            verdicts[row.answer] = reference_problem(row.answer, cfg.reward.timeout_s)
+            verdicts[row.answer] = reference_problem(row.answer, timeout_s)
         if verdicts[row.answer] is not None:
             bad.append(f"row {n}: {verdicts[row.answer]}")
     if bad:
-        more = f"; and {len(bad) - SHOWN_PROBLEMS} more rows" if len(bad) > SHOWN_PROBLEMS else ""
-        raise DataError(f"{what}: {len(bad)} of {len(rows)} rows have an unusable reference answer: "
-                        + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
+        raise _refuse(rows, bad, "an unusable reference answer", what)
 
 
 def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
@@ -94,16 +126,16 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     if problems:
         raise UserError("; ".join(problems))
     train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
-    check_references(train, cfg, cfg.data.train_path or "synthetic training prompts")
-    check_references(held_out, cfg, cfg.data.eval_path or "synthetic held-out prompts")
+    train_what = cfg.data.train_path or "synthetic training prompts"
+    held_out_what = cfg.data.eval_path or "synthetic held-out prompts"
+    train_refs = references(train, cfg.reward, train_what)
+    held_out_refs = references(held_out, cfg.reward, held_out_what)
     model_dir = model_dir_of(cfg)
     tok_dir = Path(cfg.model.tokenizer_path or model_dir)
     max_len = cfg.rollout.max_prompt_len
     prompts = Prompts(
-        train,
-        tokenize(train, tok_dir, max_len, cfg.data.train_path or "synthetic training prompts"),
-        held_out,
-        tokenize(held_out, tok_dir, max_len, cfg.data.eval_path or "synthetic held-out prompts"),
+        train, tokenize(train, tok_dir, max_len, train_what), train_refs,
+        held_out, tokenize(held_out, tok_dir, max_len, held_out_what), held_out_refs,
     )
     resume = resume_from(cfg)
     plan = LaunchPlan(cfg, str(model_dir), None if resume is None else str(resume))

@@ -1,8 +1,11 @@
 """A trainer rank: builds its Megatron shard, then executes the controller's commands.
 
-The first trainer rank receives every command from the controller and forwards it to the other
-trainer ranks, so all of them enter each collective (training step, weight export, checkpoint)
-together. Each pipeline stage's leader also sends that stage's weights to the generators.
+The root of each data-parallel replica (wire/layout.py replica_ranks) receives the controller's
+commands for the replica and broadcasts each to the replica's other ranks (runtime/broadcast.py),
+so all trainer ranks enter each collective (training step, weight export, checkpoint) together; a
+batch arrives as the replica's share (a TrainShard), never whole. Trainer 0 (the root of replica
+0) reports steps and checkpoints. Each pipeline stage's leader also sends that stage's weights to
+the generators.
 """
 
 from __future__ import annotations
@@ -11,22 +14,23 @@ import logging
 
 from areal_hpc.controller.checkpoint import trainer_dir
 from areal_hpc.runtime import fault
-from areal_hpc.runtime.layout import CONTROLLER_RANK, Role, trainer_ranks
-from areal_hpc.runtime.messages import (
+from areal_hpc.runtime.broadcast import broadcast, group_comm
+from areal_hpc.wire.layout import CONTROLLER_RANK, Role, replica_ranks, trainer_ranks
+from areal_hpc.wire.messages import (
     CheckpointSaved,
     LaunchPlan,
     SaveCheckpoint,
     Shutdown,
     StepDone,
-    TrainBatch,
     TrainerGroupAddress,
+    TrainShard,
     UpdateWeights,
     WeightGroupAddress,
     WeightsSent,
     WorkerReady,
 )
-from areal_hpc.runtime.network import free_port, node_address
-from areal_hpc.runtime.transport import Channel
+from areal_hpc.wire.network import free_port, node_address
+from areal_hpc.wire.transport import Channel
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +65,14 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
     from areal_hpc.trainer.engine import TrainEngine
 
     cfg = plan.config
-    ranks = trainer_ranks(cfg)
-    leader = ranks[0]
+    replica, members = next((d, m) for d, m in enumerate(replica_ranks(cfg)) if chan.rank in m)
+    comm = group_comm(chan.comm, members)
+    root = chan.rank == members[0]
     _join_trainer_group(plan, chan, index)
     engine = TrainEngine(cfg)
+    if engine.ranks.dp_rank != replica:
+        raise RuntimeError(f"rank {chan.rank} is in data-parallel replica {replica} of the rank map"
+                           f" (wire/layout.py) but Megatron made it replica {engine.ranks.dp_rank}")
     if plan.resume_dir is not None:
         engine.load_checkpoint(trainer_dir(plan.resume_dir))
     else:
@@ -73,17 +81,12 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
     chan.send(CONTROLLER_RANK, WorkerReady(chan.rank, Role.TRAINER))
     log.info("trainer rank %d ready at version %d", index, engine.version)
     while True:
-        if index == 0:
-            _, msg = chan.recv(CONTROLLER_RANK)
-            for r in ranks[1:]:
-                chan.send(r, msg)
-        else:
-            _, msg = chan.recv(leader)
-        if isinstance(msg, TrainBatch):
+        msg = broadcast(comm, chan.recv(CONTROLLER_RANK)[1] if root else None)
+        if isinstance(msg, TrainShard):
             fault.check("trainer", index, "step")
             if msg.version != engine.version:
                 raise RuntimeError(f"batch for version {msg.version} but the trainer is at version {engine.version}")
-            metrics = engine.train_step(msg.trajectories, cfg.total_steps)
+            metrics = engine.train_step(msg, cfg.total_steps)
             if index == 0:
                 chan.send(CONTROLLER_RANK, StepDone(engine.version, metrics))
         elif isinstance(msg, UpdateWeights):
@@ -102,6 +105,7 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
             if index == 0:
                 chan.send(CONTROLLER_RANK, CheckpointSaved(msg.path))
         elif isinstance(msg, Shutdown):
+            chan.shutdown_seen = True  # for the lifeline; only the root's came through chan.recv
             break
         else:
             raise RuntimeError(f"trainer rank {index}: unexpected message {msg!r:.200}")

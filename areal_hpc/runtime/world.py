@@ -11,6 +11,7 @@ the process itself).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -20,11 +21,11 @@ import warnings
 
 from areal_hpc.errors import UserError
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
-from areal_hpc.runtime.layout import Role, role_of
-from areal_hpc.runtime.lifeline import LifelineServer
-from areal_hpc.runtime.lifeline import hold as hold_lifeline
-from areal_hpc.runtime.messages import LaunchPlan, Shutdown
-from areal_hpc.runtime.transport import Channel
+from areal_hpc.wire.layout import Role, role_of
+from areal_hpc.wire.lifeline import LifelineServer
+from areal_hpc.wire.lifeline import hold as hold_lifeline
+from areal_hpc.wire.messages import LaunchPlan, Shutdown
+from areal_hpc.wire.transport import Channel
 
 USER_ERROR_EXIT = 2
 
@@ -68,12 +69,15 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         chan.flush()
         return USER_ERROR_EXIT
     _logging(plan.config.logging.level, 0, Role.CONTROLLER)
+    # The prompts and the config live for the whole run: keep them out of every full garbage
+    # collection, whose cost would otherwise grow with the data set on rank 0's event loop.
+    gc.freeze()
     lifelines = LifelineServer(range(1, chan.size))
     plan = dataclasses.replace(plan, lifeline=lifelines.address, lifeline_secret=lifelines.secret)
     for rank in range(1, chan.size):
         chan.send(rank, plan)
     try:
-        from areal_hpc.controller.loop import Controller
+        from areal_hpc.runtime.controller_rank import Controller
 
         return Controller(plan, prompts, chan, lifelines).run()
     except BaseException as e:

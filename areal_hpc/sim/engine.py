@@ -18,6 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from areal_hpc.controller.scheduler import GeneratorLoad
 from areal_hpc.sim.cost_model import CostModel, DecodeStep
 
 # Fraction of the KV cache kept free when admitting, as vLLM's block-manager watermark.
@@ -64,6 +65,15 @@ class Trajectory:
     @property
     def tokens(self) -> int:
         return self.prompt + self.length
+
+    # What the controller's scheduler reads of a finished sample.
+    @property
+    def prompt_id(self) -> int:
+        return self.group.ident
+
+    @property
+    def sample_index(self) -> int:
+        return self.ident - self.group.ident * len(self.group.samples)
 
 
 def make_group(ident: int, version: int, prompt: int, lengths: list[int]) -> Group:
@@ -255,32 +265,21 @@ class Engine:
 
 class Fleet:
     """All engines of a system and their next events in one heap. A prompt's samples go together
-    to the engine with the fewest prompts in flight (lowest index on ties), as the controller
-    dispatches. Engines whose state changed are replanned once, lazily, before the next event."""
+    to the engine with the fewest prompts in flight (lowest index on ties), by the controller's
+    own GeneratorLoad. Engines whose state changed are replanned once, lazily, before the next event."""
 
     def __init__(self, engines: list[Engine]):
         self.engines = engines
         self._events: list[tuple[float, int, int, float]] = []
         self._dirty: set[int] = set()
-        self.load = [0] * len(engines)
-        self._by_load = [(0, i) for i in range(len(engines))]
-
-    def _least_loaded(self) -> int:
-        heap = self._by_load
-        while heap[0][0] != self.load[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0][1]
-
-    def _set_load(self, idx: int, delta: int) -> None:
-        self.load[idx] += delta
-        heapq.heappush(self._by_load, (self.load[idx], idx))
+        self.load = GeneratorLoad(list(range(len(engines))))
 
     def submit(self, groups: list[Group], now: float) -> None:
         """Dispatch prompts; each engine admits what its slots and KV cache allow."""
         touched: dict[int, None] = {}
         for group in groups:
-            idx = self._least_loaded()
-            self._set_load(idx, 1)
+            idx = self.load.least_loaded()
+            self.load.add(idx, 1)
             group.engine = idx
             if idx not in touched:
                 self.engines[idx].advance_to(now)
@@ -292,7 +291,7 @@ class Fleet:
 
     def release(self, group: Group) -> None:
         """A prompt's last sample finished: its engine has one prompt fewer in flight."""
-        self._set_load(group.engine, -1)
+        self.load.add(group.engine, -1)
 
     def next_time(self) -> float:
         heap = self._events

@@ -1,6 +1,6 @@
 """The shape of one experiment's heterogeneous SLURM job: what each component asks SLURM for.
 
-Derived from the rank placement (areal_hpc.runtime.layout.plan), never computed separately, so the
+Derived from the rank placement (areal_hpc.wire.layout.plan), never computed separately, so the
 sbatch script, `areal-hpc slurm plan` and the launcher agree on every rank's component and node.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.runtime.layout import Placement, plan
+from areal_hpc.wire.layout import Placement, plan
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from itertools import groupby
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.runtime.layout import Placement, Role
 from areal_hpc.slurm.hetjob import components, placements, uses_gpus
+from areal_hpc.wire.layout import Placement, Role
 
 PLURAL = {Role.CONTROLLER: "controller", Role.TRAINER: "trainers", Role.GENERATOR: "generators"}
 

@@ -3,7 +3,7 @@
 The sbatch scripts run it in place of the launcher (AREAL_PROGRAM=areal_hpc.slurm.probe), with the
 launcher's arguments: CONFIG [--set KEY=VALUE ...]. Every rank reports where SLURM put it; rank 0
 checks that one MPI_COMM_WORLD spans both components, that every rank sits on the component, node
-and node-local slot that the rank plan (areal_hpc.runtime.layout) gives it, and that rank 0 runs
+and node-local slot that the rank plan (areal_hpc.wire.layout) gives it, and that rank 0 runs
 on the batch node (where the batch script finds it to stop the run before the time limit). Then it
 runs `total_steps` steps of AREAL_PROBE_STEP_S seconds under the controller's side of the scripts'
 resilience contract: the step count is checkpointed after every step to

@@ -1,14 +1,16 @@
 """TrainEngine: one trainer rank's Megatron-core model, optimizer and training steps.
 
 Built on every trainer rank after `parallel.init_trainer_world`. Every public method is collective:
-all trainer ranks call it with the same arguments (the full batch; each data-parallel rank takes
-its own token-balanced share deterministically), and every rank returns the same metrics.
+all trainer ranks call it, and every rank returns the same metrics. train_step takes the rank's
+data-parallel replica's TrainShard (trainer/batch_plan.py); the other methods take the same
+arguments on every rank, and each data-parallel rank takes its own token-balanced part.
 
 A training step (the AReaL paper's decoupled PPO):
-1. advantages from the rewards of the whole batch (cfg.ppo.adv_norm);
+1. advantages from the rewards of the whole batch (cfg.ppo.adv_norm), by the batch plan;
 2. the batch is cut into cfg.ppo.minibatches token-balanced minibatches, each minibatch into one
-   share per data-parallel rank, each share into packed, padding-free micro-batches (Algorithm 1);
-3. pi_prox: one no-grad forward pass over the whole batch with the weights before the step;
+   share per data-parallel rank (by the batch plan, before the batch reaches the trainer); here
+   each share is cut into packed, padding-free micro-batches (Algorithm 1);
+3. pi_prox: one no-grad forward pass over the replica's shares with the weights before the step;
 4. per minibatch: Megatron's forward-backward schedule (1F1B when pipelined) on the decoupled
    PPO loss, normalised by the output tokens of the whole minibatch, then one optimizer step.
 The policy version then goes up by one.
@@ -27,20 +29,21 @@ import torch.distributed as dist
 
 from areal_hpc.config.hf import read_hf_config, shape_mismatches
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.runtime.messages import Trajectory
 from areal_hpc.trainer import checkpoint, cpu_compat, hf_export
-from areal_hpc.trainer.advantages import compute_advantages
+from areal_hpc.trainer.batch_plan import dp_split
 from areal_hpc.trainer.convert import stage_rules, to_shard
 from areal_hpc.trainer.errors import BatchError, WeightsError
 from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
 from areal_hpc.trainer.microbatch import PackedMicroBatch, TokenSequence, pack
 from areal_hpc.trainer.model import DTYPES, build_gpt
-from areal_hpc.trainer.packing import allocate_micro_batches, split_balanced
+from areal_hpc.trainer.packing import allocate_micro_batches
 from areal_hpc.trainer.parallel import rank_info, resolve_device
 from areal_hpc.trainer.ppo_loss import decoupled_ppo_terms, sft_loss_terms
+from areal_hpc.wire.messages import TrainShard, Trajectory
 
 # Sums reduced over ranks for the metrics of a step, and maxima.
-_SUMS = ("loss", "tokens", "clipped", "capped", "behav_weight", "approx_kl", "mismatch", "mismatch_tokens")
+_SUMS = ("loss", "tokens", "clipped", "capped", "behav_weight", "approx_kl", "mismatch", "mismatch_tokens",
+         "trajectories")
 _MAXES = ("behav_weight_max", "mismatch_max", "dp_tokens")
 
 
@@ -209,7 +212,7 @@ class TrainEngine:
         seqs = []
         for t in trajectories:
             where = f"trajectory (prompt_id {t.prompt_id}, sample {t.sample_index})"
-            if not t.prompt_ids or not t.output_ids:
+            if len(t.prompt_ids) == 0 or len(t.output_ids) == 0:
                 raise BatchError(f"{where}: needs at least one prompt and one output token")
             if not len(t.output_ids) == len(t.logprobs) == len(t.versions):
                 raise BatchError(
@@ -219,13 +222,9 @@ class TrainEngine:
             seqs.append(self._fitting(TokenSequence(t.prompt_ids, t.output_ids, {"behav": t.logprobs}), where))
         return seqs
 
-    def _share(self, members: list[int], seqs: list[TokenSequence]) -> list[int]:
-        """This data-parallel rank's token-balanced part of `members`."""
-        dp = self.ranks.dp_size
-        if len(members) < dp:
-            raise BatchError(f"{len(members)} sequences cannot be split across trainer.dp = {dp} ranks")
-        parts = split_balanced([seqs[i].length for i in members], dp)
-        return [members[j] for j in parts[self.ranks.dp_rank]]
+    def _own(self, seqs: list[TokenSequence]) -> list[int]:
+        """This data-parallel rank's token-balanced part of `seqs`."""
+        return dp_split([s.length for s in seqs], self.ranks.dp_size)[self.ranks.dp_rank]
 
     def _micro_batches(self, seqs: list[TokenSequence], members: list[int]) -> list[list[int]]:
         t = self.cfg.trainer
@@ -328,44 +327,41 @@ class TrainEngine:
     def compute_logprobs(self, trajectories: list[Trajectory]) -> list[list[float]]:
         """log pi(output token) under the current weights, for every trajectory, on every rank."""
         seqs = self._sequences(trajectories)
-        local = self._forward_logprobs(seqs, self._share(list(range(len(seqs))), seqs))
+        local = self._forward_logprobs(seqs, self._own(seqs))
         return self._gather_logprobs(seqs, local)
 
-    def train_step(self, trajectories: list[Trajectory], total_steps: int | None = None) -> dict[str, float]:
-        """One decoupled-PPO training step on the whole batch; version += 1. Returns metrics:
-        loss, clip_fraction, masked_fraction, importance_weight_mean/max, approx_kl, grad_norm,
-        lr, advantage_mean, output_tokens, tokens, tokens_per_s, step_s, version, dp_imbalance (the
-        largest data-parallel rank's tokens over the mean: 1.0 is a perfect split) and, with the
-        decoupled objective, mismatch_mean/max/tokens: |generator log-prob - pi_prox log-prob| over
-        the tokens sampled by the current version (the train/inference mismatch)."""
+    def train_step(self, shard: TrainShard, total_steps: int | None = None) -> dict[str, float]:
+        """One decoupled-PPO training step on a batch, of which this rank's data-parallel replica
+        trains `shard` (the other replicas their shards of the same plan); version += 1. Returns
+        metrics of the whole batch: loss, clip_fraction, masked_fraction,
+        importance_weight_mean/max, approx_kl, grad_norm, lr, advantage_mean, output_tokens,
+        tokens, tokens_per_s, step_s, version, dp_imbalance (the largest data-parallel rank's
+        tokens over the mean: 1.0 is a perfect split) and, with the decoupled objective,
+        mismatch_mean/max/tokens: |generator log-prob - pi_prox log-prob| over the tokens sampled
+        by the current version (the train/inference mismatch)."""
         start = time.perf_counter()
+        if shard.replica != self.ranks.dp_rank or len(shard.minibatches) != self.cfg.ppo.minibatches:
+            raise RuntimeError(f"data-parallel rank {self.ranks.dp_rank} got replica {shard.replica}'s shard"
+                               f" of {len(shard.minibatches)} minibatches (ppo.minibatches = {self.cfg.ppo.minibatches})")
         if total_steps is not None:
             self._set_total_steps(total_steps)
         ppo = self.cfg.ppo
-        seqs = self._sequences(trajectories)
-        adv = compute_advantages(
-            [t.reward for t in trajectories], [t.prompt_id for t in trajectories],
-            [len(t.output_ids) for t in trajectories], ppo.adv_norm,
-        )
-        for s, a in zip(seqs, adv, strict=True):
+        seqs = self._sequences(shard.trajectories)
+        for s, a in zip(seqs, shard.advantages, strict=True):
             s.values["adv"] = [a] * len(s.output)
-        if len(seqs) < ppo.minibatches:
-            raise BatchError(f"{len(seqs)} trajectories cannot fill ppo.minibatches = {ppo.minibatches}")
-        minibatches = split_balanced([s.length for s in seqs], ppo.minibatches)
-        shares = [self._share(mb, seqs) for mb in minibatches]
 
-        sums: dict[str, float] = {}
-        maxes: dict[str, float] = {"dp_tokens": float(sum(seqs[i].length for share in shares for i in share))}
+        sums: dict[str, float] = {"trajectories": float(len(seqs))}
+        maxes: dict[str, float] = {"dp_tokens": float(sum(s.length for s in seqs))}
         if ppo.decoupled:
-            prox = self._forward_logprobs(seqs, sorted(i for share in shares for i in share))
+            prox = self._forward_logprobs(seqs, list(range(len(seqs))))
             for i, lp in prox.items():
                 seqs[i].values["prox"] = lp.tolist()
-            self._mismatch(trajectories, prox, sums, maxes)
+            self._mismatch(shard.trajectories, prox, sums, maxes)
         for s in seqs:
             s.values.setdefault("prox", s.values["behav"])
 
         grad_norms = []
-        for share in shares:
+        for share in shard.minibatches:
             self._zero_grad()
             groups = self._micro_batches(seqs, share)
             for stats in self._run(groups, seqs, self._ppo_loss, forward_only=False):
@@ -377,10 +373,13 @@ class TrainEngine:
             grad_norms.append(self._optimizer_step())
         self.version += 1
         total, top = self._reduce(sums, maxes)
+        if total["trajectories"] != shard.batch_trajectories:
+            raise RuntimeError(f"the data-parallel replicas trained {total['trajectories']:.0f} trajectories"
+                               f" of a batch of {shard.batch_trajectories}")
         tokens = total["tokens"]
         kept = tokens - total["capped"]
         elapsed = time.perf_counter() - start
-        batch_tokens = sum(s.length for s in seqs)
+        batch_tokens = shard.batch_tokens
         metrics = {
             "loss": total["loss"] / max(tokens, 1.0),
             "clip_fraction": total["clipped"] / max(kept, 1.0),
@@ -390,7 +389,7 @@ class TrainEngine:
             "approx_kl": total["approx_kl"] / max(kept, 1.0),
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "lr": self.optimizer.param_groups[0]["lr"],
-            "advantage_mean": sum(adv) / len(adv),
+            "advantage_mean": shard.advantage_mean,
             "output_tokens": tokens,
             "tokens": float(batch_tokens),
             "tokens_per_s": batch_tokens / elapsed,
@@ -409,9 +408,9 @@ class TrainEngine:
         total, count, top = 0.0, 0, 0.0
         for i, lp in prox.items():
             t = trajectories[i]
-            current = torch.tensor([v == self.version for v in t.versions])
+            current = torch.as_tensor(t.versions) == self.version
             if current.any():
-                diff = (torch.tensor(t.logprobs, dtype=torch.float64) - lp.double()).abs()[current]
+                diff = (torch.as_tensor(t.logprobs, dtype=torch.float64) - lp.double()).abs()[current]
                 total += float(diff.sum())
                 count += int(current.sum())
                 top = max(top, float(diff.max()))
@@ -463,7 +462,7 @@ class TrainEngine:
     def _sft_backward(self, seqs: list[TokenSequence]) -> float:
         """Gradients of the mean completion NLL in the grad buffers; returns that mean."""
         self._zero_grad()
-        groups = self._micro_batches(seqs, self._share(list(range(len(seqs))), seqs))
+        groups = self._micro_batches(seqs, self._own(seqs))
         sums: dict[str, float] = {}
         for stats in self._run(groups, seqs, self._sft_loss, forward_only=False):
             for k, v in stats.items():

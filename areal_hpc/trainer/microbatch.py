@@ -2,22 +2,30 @@
 
 A sequence is a prompt followed by an output; the model reads prompt + output[:-1] and position j
 predicts token j + 1, so the last len(output) positions of a sequence are the ones scored. Values
-given per output token (behaviour log-probs, advantages...) are laid on those positions.
+given per output token (behaviour log-probs, advantages...) are laid on those positions. Token ids
+are numpy arrays (a trajectory's own, not copied); a micro-batch is filled by slice copies into
+preallocated arrays, one per sequence and field rather than one per token.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
 @dataclass
 class TokenSequence:
-    prompt: list[int]
-    output: list[int]
-    # Per-output-token values by name, each of len(output).
-    values: dict[str, list[float]] = field(default_factory=dict)
+    prompt: np.ndarray  # int32; a list is converted
+    output: np.ndarray
+    # Per-output-token values by name, each of len(output) (arrays or lists).
+    values: dict[str, Sequence[float] | np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.prompt = np.asarray(self.prompt, dtype=np.int32)
+        self.output = np.asarray(self.output, dtype=np.int32)
 
     @property
     def length(self) -> int:
@@ -55,38 +63,34 @@ class PackedMicroBatch:
 
 def pack(seqs: list[TokenSequence], members: list[int], device: str = "cpu", multiple_of: int = 1) -> PackedMicroBatch:
     """Pack `seqs[i] for i in members`; pad the token axis to a multiple (sequence parallelism)."""
-    tokens: list[int] = []
-    labels: list[int] = []
-    mask: list[float] = []
-    names = sorted(seqs[members[0]].values) if members else []
-    values: dict[str, list[float]] = {n: [] for n in names}
-    bounds = [0]
-    for i in members:
-        s = seqs[i]
-        full = s.prompt + s.output
-        n_prompt = len(s.prompt) - 1
-        tokens += full[:-1]
-        labels += full[1:]
-        mask += [0.0] * n_prompt + [1.0] * len(s.output)
+    chosen = [seqs[i] for i in members]
+    names = sorted(chosen[0].values) if chosen else []
+    bounds = np.cumsum([0, *(s.length for s in chosen)])
+    pad = -int(bounds[-1]) % multiple_of
+    total = int(bounds[-1]) + pad
+    tokens = np.zeros(total, dtype=np.int64)
+    labels = np.zeros(total, dtype=np.int64)
+    mask = np.zeros(total, dtype=np.float32)
+    values = {n: np.zeros(total, dtype=np.float32) for n in names}
+    for s, start in zip(chosen, bounds[:-1].tolist(), strict=True):
+        scored = start + len(s.prompt) - 1  # the position that predicts the first output token
+        end = start + s.length
+        tokens[start:scored + 1] = s.prompt
+        tokens[scored + 1:end] = s.output[:-1]
+        labels[start:scored] = s.prompt[1:]
+        labels[scored:end] = s.output
+        mask[scored:end] = 1.0
         for n in names:
-            values[n] += [0.0] * n_prompt + list(s.values[n])
-        bounds.append(len(tokens))
-    pad = -len(tokens) % multiple_of
+            values[n][scored:end] = s.values[n]
     if pad:
-        tokens += [0] * pad
-        labels += [0] * pad
-        mask += [0.0] * pad
-        for n in names:
-            values[n] += [0.0] * pad
-        bounds.append(len(tokens))
-    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        bounds = np.append(bounds, total)
     return PackedMicroBatch(
-        tokens=torch.tensor([tokens], dtype=torch.long, device=device),
-        labels=torch.tensor(labels, dtype=torch.long, device=device),
-        mask=torch.tensor(mask, dtype=torch.float32, device=device),
-        cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=device),
-        max_seqlen=max(lengths, default=0),
-        values={n: torch.tensor(v, dtype=torch.float32, device=device) for n, v in values.items()},
+        tokens=torch.from_numpy(tokens).to(device).unsqueeze(0),
+        labels=torch.from_numpy(labels).to(device),
+        mask=torch.from_numpy(mask).to(device),
+        cu_seqlens=torch.from_numpy(bounds.astype(np.int32)).to(device),
+        max_seqlen=int(np.diff(bounds).max(initial=0)),
+        values={n: torch.from_numpy(v).to(device) for n, v in values.items()},
         members=list(members),
-        output_lengths=[len(seqs[i].output) for i in members],
+        output_lengths=[len(s.output) for s in chosen],
     )

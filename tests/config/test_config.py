@@ -134,6 +134,7 @@ def test_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture, yaml_text: 
         ("generator.tensor_parallel_size=8", "generator.tensor_parallel_size = 8"),
         ("trainer.micro_batch_tokens=100", "trainer.micro_batch_tokens = 100"),
         ("trainer.sequence_parallel=true", "needs trainer.tp > 1"),
+        ("trainer.dp=17", "ppo.minibatches = 2 x trainer.dp = 17: more than the trajectories per step"),
     ],
 )
 def test_inconsistent_parallelism(override: str, fragment: str) -> None:

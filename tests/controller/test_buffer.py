@@ -7,7 +7,7 @@ import json
 import pytest
 
 from areal_hpc.controller.buffer import TrajectoryBuffer
-from areal_hpc.runtime.messages import Trajectory
+from areal_hpc.wire.messages import Trajectory
 
 
 def traj(pid: int, i: int) -> Trajectory:
@@ -26,8 +26,9 @@ def test_groups_complete_only_with_every_sample_and_leave_oldest_first():
     assert [t.sample_index for t in group.trajectories] == [0, 1]
     assert buf.ready_ids() == [3, 9]  # submission order, not completion order
     assert buf.running_ids() == [7]
-    assert buf.versions_after(1) == [0, 0]
+    assert buf.running_versions == {0: 1} and buf.ready_versions == {0: 2}
     assert [g.prompt_id for g in buf.pop_batch(2)] == [3, 9]
+    assert buf.ready_versions == {}  # a version with no prompt left is gone
     with pytest.raises(ValueError):
         buf.pop_batch(1)
 

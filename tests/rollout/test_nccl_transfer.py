@@ -14,7 +14,7 @@ from areal_hpc.config.load import load_config
 from areal_hpc.rollout.checkpoint_sender import CheckpointSender, read_checkpoint
 from areal_hpc.rollout.generator import Generator
 from areal_hpc.rollout.weight_transfer import checksum
-from areal_hpc.runtime.messages import GenerateRequest, SamplingParams
+from areal_hpc.wire.messages import GenerateRequest, SamplingParams
 
 pytestmark = pytest.mark.cuda
 
@@ -53,5 +53,5 @@ def test_an_nccl_update_reproduces_a_fresh_engine_of_the_new_checkpoint(tiny_mod
     assert update.checksums == sent["checksums"] == {n: checksum(t) for n, t in read_checkpoint(tiny_model_dir_b)}
     reference = fresh_engine_greedy(str(tiny_model_dir_b), PROMPTS, 32)
     for i, (tokens, _) in enumerate(reference):
-        assert done[i].output_ids == tokens
+        assert done[i].output_ids.tolist() == tokens
         assert set(done[i].versions) == {1}

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 from itertools import pairwise
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from areal_hpc.controller.staleness import StalenessManager
-from areal_hpc.sim.async_system import gate_open, run_async
+from areal_hpc.sim.async_system import run_async
 from areal_hpc.sim.cost_model import Efficiency
 from areal_hpc.sim.layout import Layout
 from areal_hpc.sim.run import Run
@@ -108,18 +104,3 @@ def test_run_measures_the_steady_steps_by_hand():
     assert run.gen_idle == pytest.approx(1 - 2400 / (6 * 400))
     assert run.train_idle == pytest.approx(1 - 200 / (2 * 400))
     assert run.trainer_bound_tokens_per_s == pytest.approx(4000 / 100)
-
-
-@settings(max_examples=300, deadline=None)
-@given(versions=st.lists(st.tuples(st.integers(0, 8), st.booleans()), max_size=60),
-       batch=st.integers(1, 8), version=st.integers(0, 8), eta=st.integers(0, 4))
-def test_count_form_of_the_batch_gate_agrees_with_the_controller(versions, batch, version, eta):
-    """gate_open must be StalenessManager.may_train: the simulator runs the controller's rule."""
-    running = Counter(v for v, done in versions if not done)
-    ready = Counter(v for v, done in versions if done)
-    if sum(ready.values()) < batch:
-        return
-    ready_sorted = sorted(v for v, done in versions if done)
-    untrained = sorted(running.elements()) + ready_sorted[batch:]
-    sm = StalenessManager(eta, batch, max_concurrent=1000, version=version)
-    assert gate_open(running, ready, batch, version, eta) == sm.may_train(untrained)

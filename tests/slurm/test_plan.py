@@ -8,8 +8,8 @@ import pytest
 
 from areal_hpc.cli import main
 from areal_hpc.config.load import load_config
-from areal_hpc.runtime.layout import Role
 from areal_hpc.slurm.hetjob import components, placements
+from areal_hpc.wire.layout import Role
 
 # The paper's runs: nodes in all, a quarter of them training, engines' tensor-parallel size.
 PAPER = [("math-1.5b", 16, 1), ("math-7b", 24, 1), ("code-14b", 32, 2), ("code-32b", 48, 4)]

@@ -31,7 +31,7 @@ def trained_steps(run_dir: Path) -> list[dict]:
 
 def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path]:
     """The tiny run through the rendered script with the script's default program (the launcher)."""
-    from areal_hpc.data.warm_start import ensure_prepared
+    from areal_hpc.recipes.warm_start import ensure_prepared
 
     model = ensure_prepared(load_config(TINY)).resolve()  # cached per machine; minutes the first time
     run_dir = tmp / "run"

@@ -66,5 +66,10 @@ def resume_runs(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -
 
 
 @pytest.fixture(scope="session")
+def groups_run(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> list[dict]:
+    return run_worker("groups", 8, trainer_out, tiny_model_dir, tied_model_dir)
+
+
+@pytest.fixture(scope="session")
 def cuda_run(trainer_out: Path, tiny_model_dir: Path, tied_model_dir: Path) -> dict:
     return run_worker("cuda", 1, trainer_out, tiny_model_dir, tied_model_dir)[0]

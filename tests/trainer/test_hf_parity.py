@@ -38,7 +38,7 @@ def hf_logprobs(model_dir, trajectories) -> list[list[float]]:
     out = []
     with torch.no_grad():
         for t in trajectories:
-            logp = model(torch.tensor([t.prompt_ids + t.output_ids])).logits[0].log_softmax(-1)
+            logp = model(torch.tensor([t.prompt_ids.tolist() + t.output_ids.tolist()])).logits[0].log_softmax(-1)
             p = len(t.prompt_ids)
             out.append([logp[p - 1 + i, tok].item() for i, tok in enumerate(t.output_ids)])
     return out

@@ -1,5 +1,6 @@
 """TP=2, PP=2, DP=2, TP=2 with sequence parallelism and PP=2 with tied embeddings compute what
-one rank computes, from the same starting weights."""
+one rank computes, from the same starting weights; the runtime's rank map names Megatron's
+data-parallel replicas."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from areal_hpc.config import load_config
 from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
+from areal_hpc.wire.layout import replica_ranks
 
 pytestmark = pytest.mark.slow
 LAYOUTS = ("tp2", "pp2", "dp2", "tp2sp", "pp2tied")
@@ -68,3 +71,12 @@ def test_export_from_shards_equals_the_loaded_checkpoint(layouts_run, trainer_ou
     assert sorted(exported) == sorted(original)
     for name, tensor in original.items():
         assert torch.equal(exported[name], tensor), name
+
+
+def test_the_rank_map_is_megatrons_data_parallel_replicas(groups_run):
+    """wire/layout.py replica_ranks against the groups Megatron built in a tp2-pp2-dp2 world."""
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", ["trainer.tp=2", "trainer.pp=2", "trainer.dp=2"])
+    replicas = [[r - 1 for r in ranks] for ranks in replica_ranks(cfg)]  # trainer-local ranks
+    for rank, got in enumerate(groups_run):
+        assert rank in replicas[got["dp_rank"]]
+        assert sorted(got["model_parallel"]) == replicas[got["dp_rank"]]

@@ -12,7 +12,8 @@ the test modules. Scenarios:
 - resume_a (2 ranks, dp=2): three PPO steps, a checkpoint, two more steps;
 - resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps; then
   load it into a model of another shape, and load a directory that is no checkpoint;
-- cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps.
+- cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps;
+- groups (8 ranks, tp=2, pp=2, dp=2): Megatron's data-parallel rank and model-parallel group.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ import torch
 import torch.distributed as dist
 
 from areal_hpc.config import load_config
-from areal_hpc.runtime.messages import Trajectory
 from areal_hpc.trainer import hf_export
+from areal_hpc.trainer.batch_plan import shards
 from areal_hpc.trainer.engine import TrainEngine
 from areal_hpc.trainer.parallel import init_trainer_world
+from areal_hpc.wire.messages import Trajectory
 
 TIED = "model.tie_word_embeddings=true"
 LAYOUTS = {
@@ -77,6 +79,12 @@ def with_behaviour(engine: TrainEngine, trajs: list[Trajectory], seed: int) -> l
     return trajs
 
 
+def step(engine: TrainEngine, batch: list[Trajectory]) -> dict[str, float]:
+    """A training step on `batch`, as under the controller: cut by the batch plan, each data-parallel
+    replica trains its shard."""
+    return engine.train_step(shards(engine.cfg, engine.version, batch)[engine.ranks.dp_rank])
+
+
 def hf_tensors(engine: TrainEngine, grads: bool = False) -> dict[str, torch.Tensor]:
     """This stage's full tensors (or gradients) by HF name on the stage leader; {} elsewhere."""
     pick = (lambda p: p.main_grad.detach()) if grads else torch.Tensor.detach
@@ -107,7 +115,7 @@ def plan_matches_stream(engine: TrainEngine, bucket_bytes: int = 2**16) -> bool:
 
 def padded_logprobs(engine: TrainEngine, trajs: list[Trajectory]) -> list[list[float]]:
     """Reference: right-padded [b, s] batch through the unpacked path, log-softmax in full."""
-    rows = [t.prompt_ids + t.output_ids for t in trajs]
+    rows = [t.prompt_ids.tolist() + t.output_ids.tolist() for t in trajs]
     width = max(map(len, rows))
     ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
     with torch.no_grad():
@@ -154,7 +162,7 @@ def single(out: Path, model_dir: str, tied_dir: str) -> dict:
     trajs = trajectories()
     result["packed"] = engine.compute_logprobs(trajs)
     result["padded"] = padded_logprobs(engine, trajs)
-    engine.train_step(with_behaviour(engine, trajs, 0))
+    step(engine, with_behaviour(engine, trajs, 0))
     result["trained"] = hf_tensors(engine)
     engine.export_hf(out / "export-a")
     engine.load_hf(out / "export-a")
@@ -169,13 +177,13 @@ def single(out: Path, model_dir: str, tied_dir: str) -> dict:
         except Exception as e:  # the test checks the type and the message
             errors[name] = f"{type(e).__name__}: {e}"
     long = trajectories()[:2]
-    long[0].output_ids = long[0].output_ids * 20
+    long[0].output_ids = long[0].output_ids.tolist() * 20
     long[0].logprobs = long[0].versions = [0] * len(long[0].output_ids)
     ragged = trajectories()[:2]
     ragged[1].logprobs = ragged[1].logprobs[:-1]
     for name, batch in (("too_long", long), ("ragged", ragged)):
         try:
-            engine.train_step(batch)
+            step(engine, batch)
             errors[name] = "no error"
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"
@@ -203,9 +211,9 @@ def resume_a(out: Path, model_dir: str, tied_dir: str) -> dict:
     init_trainer_world(cfg, int(os.environ["RANK"]), 2, "env://")
     engine = TrainEngine(cfg)
     engine.load_hf(model_dir)
-    before = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s))["loss"] for s in range(3)]
+    before = [step(engine, with_behaviour(engine, trajectories(seed=s), s))["loss"] for s in range(3)]
     engine.save_checkpoint(out / "ckpt")
-    after = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
+    after = [step(engine, with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
     return {"before": before, "after": after, "weights": hf_tensors(engine)}
 
 
@@ -215,7 +223,7 @@ def resume_b(out: Path, model_dir: str, tied_dir: str) -> dict:
     engine = TrainEngine(cfg)  # fresh random weights: everything must come from the checkpoint
     engine.load_checkpoint(out / "ckpt")
     version = engine.version
-    after = [engine.train_step(with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
+    after = [step(engine, with_behaviour(engine, trajectories(seed=s), s)) for s in range(3, 5)]
     result = {"version": version, "after": after, "weights": hf_tensors(engine), "errors": {}}
     del engine
     wrong_shape = TrainEngine(config(1, 1, 2, "model.intermediate_size=256"))
@@ -240,13 +248,21 @@ def cuda(out: Path, model_dir: str, tied_dir: str) -> dict:
     trajs = trajectories()
     result = {"packed": engine.compute_logprobs(trajs), "exported": hf_tensors(engine), "te_rules": [
         r.megatron for r in engine.rules if "layer_norm_weight" in r.megatron]}
-    result["step"] = engine.train_step(with_behaviour(engine, trajs, 0))
+    result["step"] = step(engine, with_behaviour(engine, trajs, 0))
     del engine
     bf16 = TrainEngine(config(1, 1, 1, *gpu, "trainer.params_dtype=bf16"))
     bf16.load_hf(model_dir)
-    result["bf16_step"] = bf16.train_step(with_behaviour(bf16, trajectories(), 0))
+    result["bf16_step"] = step(bf16, with_behaviour(bf16, trajectories(), 0))
     result["ids"] = ids
     return result
+
+
+def groups(out: Path, model_dir: str, tied_dir: str) -> dict:
+    from megatron.core import parallel_state
+
+    init_trainer_world(config(2, 2, 2), int(os.environ["RANK"]), 8, "env://")
+    return {"dp_rank": parallel_state.get_data_parallel_rank(),
+            "model_parallel": dist.get_process_group_ranks(parallel_state.get_model_parallel_group())}
 
 
 def main() -> None:
@@ -254,7 +270,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b,
-                  "cuda": cuda}[scenario](out, model_dir, tied_dir)
+                  "cuda": cuda, "groups": groups}[scenario](out, model_dir, tied_dir)
     except Exception:
         result = {"error": traceback.format_exc()}
     torch.save(result, out / f"{scenario}-rank{rank}.pt")

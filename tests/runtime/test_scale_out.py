@@ -3,7 +3,8 @@
 The code paths that otherwise run first at cluster scale: TP shards gathered into full tensors
 and one broadcast reaching two generators (trainer TP=2, 2 generators); one weight group per
 pipeline stage, each fed by its stage leader (PP=2); the batch split by tokens across data-parallel
-ranks (DP=2); and sampling at temperature 0.6, where the generator's log-probs must be the
+replicas of two TP ranks each, each replica's share sent by rank 0 to its root and broadcast to its
+other rank (TP=2 x DP=2); and sampling at temperature 0.6, where the generator's log-probs must be the
 trainer's (pi_behav = pi_prox). The world layout and groups come from the same code the SLURM launch uses. In every
 run the controller compares each generator's per-tensor checksums with the trainer's export after
 every update (a mismatch stops the run), and the trainer reports the train/inference log-prob
@@ -30,7 +31,7 @@ MISMATCH_BOUND = 1e-4
 LAYOUTS = {
     "tp2-two-generators": {"trainer.tp": 2, "generator.count": 2},
     "pp2": {"trainer.pp": 2},
-    "dp2": {"trainer.dp": 2},
+    "tp2-dp2": {"trainer.tp": 2, "trainer.dp": 2},
     # The generator must report log-probs after temperature, as the trainer computes them.
     "temperature-0.6": {"rollout.temperature": 0.6},
 }

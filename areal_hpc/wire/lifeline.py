@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from areal_hpc.runtime.network import node_address
+from areal_hpc.wire.network import node_address
 
 # Seconds a worker keeps trying to reach rank 0's lifeline listener.
 CONNECT_TIMEOUT_S = 60.0

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from areal_hpc.runtime import lifeline
-from areal_hpc.runtime.lifeline import LifelineServer, greeting
+from areal_hpc.wire import lifeline
+from areal_hpc.wire.lifeline import LifelineServer, greeting
 
 RANKS = range(1, 8)
 
@@ -21,7 +21,7 @@ def worker(server: LifelineServer, rank: int) -> subprocess.Popen:
     """A process that holds its lifeline to `server` as worker `rank`, then waits."""
     code = (
         "import sys, time\n"
-        "from areal_hpc.runtime.lifeline import hold\n"
+        "from areal_hpc.wire.lifeline import hold\n"
         f"hold({server.address!r}, {server.secret!r}, {rank}, lambda: False)\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"

@@ -1,21 +1,15 @@
-"""Small pure pieces of the runtime: generator choice, failure reasons, reward tasks, faults."""
+"""Small pure pieces of the runtime: failure reasons, reward tasks, faults."""
 
 from __future__ import annotations
 
 import pytest
 
-from areal_hpc.controller.loop import eval_id, least_loaded
-from areal_hpc.reward.task import CodeTask, MathTask
+from areal_hpc.reward.code_tests import parse_tests
+from areal_hpc.reward.task import CodeReference, CodeTask, MathReference, MathTask
 from areal_hpc.runtime import fault
 from areal_hpc.runtime.failure import describe, reason_of
-from areal_hpc.runtime.generator_rank import reward_task
-from areal_hpc.runtime.layout import Role
-from areal_hpc.runtime.messages import WorkerFailed
-
-
-def test_least_loaded_prefers_fewest_then_lowest_rank():
-    assert least_loaded({3: 2, 4: 1, 5: 1}) == 4
-    assert eval_id(0) == -1 and eval_id(9) == -10
+from areal_hpc.wire.layout import Role
+from areal_hpc.wire.messages import WorkerFailed
 
 
 def test_failure_reason_names_the_exception_and_where():
@@ -27,13 +21,11 @@ def test_failure_reason_names_the_exception_and_where():
     assert describe(WorkerFailed(2, Role.GENERATOR, 0, reason)).startswith("rank 2 (generator 0) failed: ValueError")
 
 
-def test_reward_task_from_spec():
-    assert reward_task({"kind": "math", "answer": "42"}, "so \\boxed{42}") == MathTask("so \\boxed{42}", "42")
-    tests = {"inputs": ["1\n"], "outputs": ["1\n"]}
-    task = reward_task({"kind": "code", "answer": '{"inputs": ["1\\n"], "outputs": ["1\\n"]}'}, "print(input())")
-    assert isinstance(task, CodeTask) and task == reward_task({"kind": "code", "tests": tests}, "print(input())")
-    with pytest.raises(ValueError):
-        reward_task({"kind": "chess"}, "")
+def test_reward_task_from_a_reference_reuses_its_parsed_tests():
+    assert MathReference("42").task("so \\boxed{42}") == MathTask("so \\boxed{42}", "42")
+    reference = CodeReference(parse_tests({"inputs": ["1\n"], "outputs": ["1\n"]}))
+    task = reference.task("print(input())")
+    assert task == CodeTask("print(input())", reference.tests) and task.tests is reference.tests
 
 
 def test_fault_injection_only_where_asked(monkeypatch):

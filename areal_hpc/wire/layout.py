@@ -3,7 +3,8 @@
 Pure and computed from the config alone, so the launcher, `areal-hpc slurm plan` and the tests all
 agree. Order of MPI ranks (as `srun --het-group=0,1` numbers them): rank 0 the controller, then
 the trainer ranks, all in component 0 (training partition); then the generator ranks in
-component 1 (rollout partition). Trainer rank r is (tp, pp, dp) position r of Megatron's order.
+component 1 (rollout partition). Trainer rank r is (tp, pp, dp) position r of Megatron's order
+(`replica_ranks`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ def role_of(cfg: ExperimentConfig, rank: int) -> tuple[Role, int]:
 
 def trainer_ranks(cfg: ExperimentConfig) -> list[int]:
     return list(range(1, 1 + cfg.trainer_world))
+
+
+def replica_ranks(cfg: ExperimentConfig) -> list[list[int]]:
+    """The world ranks of each data-parallel replica's trainers (its tp x pp ranks), ascending; the
+    first is the replica's root, which takes the controller's commands for it.
+
+    Megatron's default order "tp-cp-ep-dp-pp" (cp = ep = 1 here) puts trainer r at
+    tp_rank + tp * (dp_rank + dp * pp_rank), so replica d holds tp consecutive ranks per stage.
+    """
+    t = cfg.trainer
+    first = trainer_ranks(cfg)[0]
+    return [[first + tp_rank + t.tp * (d + t.dp * pp_rank) for pp_rank in range(t.pp) for tp_rank in range(t.tp)]
+            for d in range(t.dp)]
 
 
 def generator_ranks(cfg: ExperimentConfig) -> list[int]:

@@ -7,7 +7,7 @@ until greedy decoding solves part of a validation set, and exports it as a Huggi
 that vLLM loads. The result is cached under `.cache/` keyed by everything that shapes it, so only
 the first run pays for it:
 
-    python -m areal_hpc.data.warm_start configs/experiments/tiny-cpu.yaml   # prints the directory
+    python -m areal_hpc.recipes.warm_start configs/experiments/tiny-cpu.yaml   # prints the directory
 """
 
 from __future__ import annotations
@@ -146,9 +146,9 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
     from transformers import AutoTokenizer
 
     from areal_hpc.data.tiny_model import build_tiny_model
-    from areal_hpc.runtime.network import free_port
     from areal_hpc.trainer.engine import TrainEngine
     from areal_hpc.trainer.parallel import init_trainer_world
+    from areal_hpc.wire.network import free_port
 
     start = time.monotonic()
     sft_cfg = _sft_config(cfg, recipe)
@@ -188,7 +188,7 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
 def main(argv: list[str] | None = None) -> int:
     from areal_hpc.config.load import load_config
 
-    p = argparse.ArgumentParser(prog="python -m areal_hpc.data.warm_start", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m areal_hpc.recipes.warm_start", description=__doc__.split("\n")[0])
     p.add_argument("config")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)

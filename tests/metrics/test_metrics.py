@@ -11,7 +11,7 @@ from areal_hpc.metrics.clock import BusyClock
 from areal_hpc.metrics.progress import Progress, summary_line
 from areal_hpc.metrics.report import finish, summarize
 from areal_hpc.metrics.writer import MetricsWriter, read_metrics
-from areal_hpc.runtime.messages import Trajectory
+from areal_hpc.wire.messages import Trajectory
 
 
 def traj(versions: list[int], reward: float, n_out: int = 3, finish: str = "stop") -> Trajectory:
@@ -19,7 +19,7 @@ def traj(versions: list[int], reward: float, n_out: int = 3, finish: str = "stop
 
 
 def test_batch_stats():
-    batch = [traj([3, 3, 4], 5.0), traj([4, 4, 4], -5.0), traj([2, 4, 4], -5.0, 5, "length")]
+    batch = [traj([3, 3, 4], 5.0), traj([4, 4, 4], -5.0), traj([2, 4, 4, 4, 4], -5.0, 5, "length")]
     assert staleness_histogram(batch, 4) == {0: 1, 1: 1, 2: 1}
     s = batch_stats(batch, version=4, correct_reward=5.0)
     assert s["reward_mean"] == pytest.approx(-5 / 3)

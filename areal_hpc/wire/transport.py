@@ -4,6 +4,12 @@ MPICH's blocking receive busy-polls a core, which would take CPU from the traine
 generator on a small machine; so every wait here is a probe followed by a short sleep. All
 messages use one tag, so the messages from one rank to another arrive in the order sent.
 
+Messages travel with mpi4py.util.pkl5: pickle protocol 5, buffers of 256 KiB or more (large numpy
+arrays) out of band, each sent from its own memory without a copy, and no 2 GiB limit on a message
+(a paper-scale batch is ~1.2 GB). One message is a few MPI messages (a header, the pickle, one per
+out-of-band buffer), sent back to back; `poll` claims the header with a matched probe
+(MPI_Improbe), then takes the rest, which are next from that sender.
+
 mpi4py is imported inside functions: a rank that starts vLLM's AsyncLLM must not import it at
 module import time (its engine process re-imports the main module; notes/mpi.md).
 """
@@ -17,9 +23,28 @@ TAG = 11
 POLL_S = 0.002
 
 
+def encode(msg: object) -> tuple[bytes, list[memoryview]]:
+    """What Channel puts on the wire for `msg`: pkl5's pickle and out-of-band buffers (for
+    measuring and testing the encoding without MPI)."""
+    from mpi4py.util import pkl5
+
+    return pkl5.pickle.dumps_oob(msg)
+
+
+def decode(data: bytes, buffers: list) -> object:
+    """The message `encode` made `data` and `buffers` from."""
+    from mpi4py.util import pkl5
+
+    return pkl5.pickle.loads_oob(data, buffers)
+
+
 class Channel:
     def __init__(self, comm: Any) -> None:
+        from mpi4py.util import pkl5
+
+        # `comm` for everything else (Abort, sub-communicators); its pkl5 view for messages.
         self.comm = comm
+        self._wire = pkl5.Intracomm(comm)
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self._pending: list[Any] = []
@@ -27,12 +52,14 @@ class Channel:
         self.shutdown_seen = False
 
     def send(self, dest: int, msg: object) -> None:
-        """Queue `msg` for `dest`; returns at once (large messages complete in the background)."""
-        self._pending.append(self.comm.isend(msg, dest=dest, tag=TAG))
+        """Queue `msg` for `dest`; returns at once (large messages complete in the background).
+        Arrays of 256 KiB or more are sent from their own memory: do not modify them in place
+        until `flush` (nothing in the system does; replacing a field is fine)."""
+        self._pending.append(self._wire.isend(msg, dest=dest, tag=TAG))
         self._reap()
 
     def _reap(self) -> None:
-        self._pending = [r for r in self._pending if not r.Test()]
+        self._pending = [r for r in self._pending if not r.test()[0]]
 
     def poll(self, source: int | None = None) -> tuple[int, object] | None:
         """The next message from `source` (any rank when None), or None if there is none yet."""
@@ -41,12 +68,13 @@ class Channel:
         self._reap()
         status = MPI.Status()
         src = MPI.ANY_SOURCE if source is None else source
-        if not self.comm.iprobe(source=src, tag=TAG, status=status):
+        matched = self._wire.improbe(source=src, tag=TAG, status=status)
+        if matched is None:
             return None
-        from areal_hpc.runtime.messages import Shutdown
+        from areal_hpc.wire.messages import Shutdown
 
         sender = status.Get_source()
-        msg = self.comm.recv(source=sender, tag=TAG)
+        msg = matched.recv()
         self.shutdown_seen |= isinstance(msg, Shutdown)
         return sender, msg
 

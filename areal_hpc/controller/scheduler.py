@@ -1,0 +1,406 @@
+"""Rank 0's policy as a pure scheduler: events in, commands out.
+
+Everything the controller decides lives here, with no MPI, sockets, files or clocks: which prompt
+goes to which generator (admission under the staleness bound), when a batch trains, when weights
+move, when an evaluation round or a checkpoint starts, and whether what the generators loaded is
+what the trainer sent. The controller rank (runtime/controller_rank.py) turns messages into the event methods below
+and executes the commands they return; the cluster simulator (sim/async_system.py) and the
+property tests drive this same class, so they check the rule the system runs.
+
+Per event the cost is O(log n) in the prompts in flight (a heap of complete groups, counts per
+submission version for the gate) plus O(log G) for the least-loaded generator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from areal_hpc.controller import checkpoint as ckpt
+from areal_hpc.controller.buffer import Group, TrajectoryBuffer
+from areal_hpc.controller.staleness import StalenessManager
+from areal_hpc.data.stream import PromptStream
+
+
+class Sample(Protocol):
+    """What the scheduler reads of a finished sample (a Trajectory message, or a simulated one)."""
+
+    prompt_id: int
+    sample_index: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The parameters of every decision (from the config's rollout, total_steps, eval_interval and
+    checkpoint sections; the simulator builds one from its workload)."""
+
+    eta: int
+    batch_prompts: int
+    group_size: int
+    max_concurrent: int
+    gate: str
+    total_steps: int
+    # Evaluate every `eval_interval` versions during training (0: only at the start and the end).
+    eval_interval: int = 0
+    # Checkpoint every `checkpoint_interval` versions (0: only on a signal).
+    checkpoint_interval: int = 0
+    # Trainer pipeline stages, each of which reports the checksums of what it sent.
+    stages: int = 1
+    seed: int = 0
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Send prompt `prompt_id` (data-set row `row`; held-out when prompt_id < 0) to `generator`,
+    sampled `group_size` times with `seed`."""
+
+    generator: int
+    prompt_id: int
+    row: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Train:
+    """Train the policy at `version` on these complete groups, oldest first."""
+
+    version: int
+    groups: list[Group]
+
+
+@dataclass(frozen=True)
+class SyncWeights:
+    """Move `version`'s weights from the trainer to every generator."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Save `version` now (no step runs; the scheduler's state is `Scheduler.state_dict()`)."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class StepFinished:
+    """The step trained on `groups` made the policy `version`."""
+
+    version: int
+    groups: list[Group]
+
+
+@dataclass(frozen=True)
+class WeightsVerified:
+    """`generator` serves `version` with exactly the `tensors` tensors the trainer's stages sent."""
+
+    generator: int
+    version: int
+    tensors: int
+
+
+@dataclass(frozen=True)
+class SyncFinished:
+    """Every generator serves `version`."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class EvalFinished:
+    """Every held-out sample of the round started at `version` came back."""
+
+    version: int
+    results: list
+
+
+Command = Submit | Train | SyncWeights | Checkpoint | StepFinished | WeightsVerified | SyncFinished | EvalFinished
+
+
+def eval_id(row: int) -> int:
+    """The prompt id of held-out row `row`: negative, so it never counts towards staleness."""
+    return -1 - row
+
+
+class WeightMismatch(RuntimeError):
+    """A generator loaded tensors that differ from what the trainer sent."""
+
+
+# ---- the parts ---------------------------------------------------------------------------------
+
+
+class GeneratorLoad:
+    """Prompts in flight per generator; the least loaded one (lowest rank on ties) in O(log G)."""
+
+    def __init__(self, generators: list[int]) -> None:
+        if not generators:
+            raise ValueError("no generators to schedule on")
+        self.load = dict.fromkeys(generators, 0)
+        self._heap = [(0, g) for g in sorted(generators)]
+
+    def least_loaded(self) -> int:
+        heap = self._heap
+        while heap[0][0] != self.load[heap[0][1]]:  # an outdated entry
+            heapq.heappop(heap)
+        return heap[0][1]
+
+    def add(self, generator: int, delta: int) -> None:
+        self.load[generator] += delta
+        heapq.heappush(self._heap, (self.load[generator], generator))
+
+
+@dataclass
+class EvalRound:
+    version: int
+    # Samples still to come, per held-out prompt id.
+    left: dict[int, int]
+    results: list = field(default_factory=list)
+
+
+@dataclass
+class WeightSync:
+    """One version's weight update: the generators still to load it, and what each stage sent."""
+
+    waiting: set[int]
+    sent: dict[int, dict[str, str]] = field(default_factory=dict)
+    # Generators' reports that arrived before every stage's checksums: (generator, checksums).
+    loaded: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+
+
+# ---- the scheduler -----------------------------------------------------------------------------
+
+
+class Scheduler:
+    def __init__(self, policy: Policy, generators: list[int], train_size: int, held_out_size: int,
+                 shuffle: bool = True, state: dict | None = None) -> None:
+        p = self.policy = policy
+        self.held_out_size = held_out_size
+        self.rng = random.Random(p.seed)
+        self.stream = PromptStream(train_size, p.seed, shuffle)
+        self.sm = StalenessManager(p.eta, p.batch_prompts, p.max_concurrent, p.gate)
+        self.buffer = TrajectoryBuffer()
+        if state is not None:
+            self.sm = StalenessManager.from_state(state["staleness"], p.eta, p.batch_prompts, p.max_concurrent,
+                                                  p.gate)
+            self.buffer = TrajectoryBuffer.from_state(state["buffer"])
+            self.stream.load_state_dict(state["stream"])
+            ckpt.set_rng_state(self.rng, state["rng"])
+        self.generators = GeneratorLoad(generators)
+        self.where: dict[int, int] = {}  # prompt id -> its generator
+        self.served = dict.fromkeys(generators, 0)  # engines start from the model directory
+        self.syncs: dict[int, WeightSync] = {}  # version -> its update in flight
+        self.step: tuple[int, list[Group]] | None = None  # (version, groups) being trained
+        self._gate_closed_at: tuple[int, int] | None = None
+        self.eval: EvalRound | None = None
+        self.training = False  # training prompts flow only after the start-up eval or sync
+        self.ckpt_requested = False
+        self.ckpt_in_progress: int | None = None
+        self.stop_requested = False
+        self.last_ckpt_version = self.version if state is not None else -1
+
+    @property
+    def version(self) -> int:
+        return self.sm.version
+
+    # ---- queries (for the loop's conditions and clocks) ---------------------------------------
+
+    def finished(self) -> bool:
+        """Training is over (or a stop was asked for), and no update or checkpoint is half done:
+        a stop never leaves a generator mid-update."""
+        if self.ckpt_requested or self.ckpt_in_progress is not None:
+            return False
+        return (self.stop_requested or self.version >= self.policy.total_steps) and not self.syncs
+
+    @property
+    def syncing(self) -> bool:
+        return bool(self.syncs)
+
+    @property
+    def trainer_busy(self) -> bool:
+        return self.step is not None or bool(self.syncs) or self.ckpt_in_progress is not None
+
+    def generator_busy(self, generator: int) -> bool:
+        """Generating with the current weights (not waiting for work or for the update)."""
+        return self.generators.load[generator] > 0 and self.served[generator] == self.version
+
+    # ---- commands the loop asks for -----------------------------------------------------------
+
+    def start_training(self) -> None:
+        self.training = True
+
+    def request_checkpoint(self, stop: bool = False) -> None:
+        """Checkpoint at the next step boundary; with `stop`, then end the run."""
+        self.ckpt_requested = True
+        self.stop_requested |= stop
+
+    def sync_weights(self) -> list[Command]:
+        """Move the current version's weights to every generator (after a step, and on resume)."""
+        self.syncs[self.version] = WeightSync(set(self.served))
+        return [SyncWeights(self.version)]
+
+    def start_eval(self) -> list[Command]:
+        """Sample every held-out prompt `group_size` times with the weights of the current version
+        (avg@k). The seeds repeat each round, so rounds differ only by the weights."""
+        k = self.policy.group_size
+        self.eval = EvalRound(self.version, {})
+        seeds = random.Random(f"eval/{self.policy.seed}")
+        out: list[Command] = []
+        for row in range(self.held_out_size):
+            pid = eval_id(row)
+            out.append(self._submit(pid, row, seeds.randrange(2**31)))
+            self.eval.left[pid] = k
+        return out
+
+    def poll(self) -> list[Command]:
+        """What may happen now: a requested checkpoint at a step boundary, admissions, a batch."""
+        out: list[Command] = []
+        if self.ckpt_requested and self.step is None and self.ckpt_in_progress is None:
+            self.ckpt_requested = False
+            # Version 0 is the initial model: resuming there is starting afresh.
+            if self.version > 0 and self.last_ckpt_version != self.version:
+                self.ckpt_in_progress = self.version
+                out.append(Checkpoint(self.version))
+        if self.training and not self.stop_requested:
+            self._admit(out)
+            self._dispatch(out)
+        return out
+
+    def state_dict(self) -> dict:
+        """What a checkpoint of the current version holds; prompts in flight are issued again."""
+        return {
+            "staleness": self.sm.state_dict(),
+            "stream": self.stream.state_dict(reissue=self.buffer.running_ids()),
+            "buffer": self.buffer.state_dict(),
+            "rng": ckpt.rng_state(self.rng),
+        }
+
+    # ---- events -------------------------------------------------------------------------------
+
+    def on_trajectory(self, sample: Sample) -> list[Command]:
+        if sample.prompt_id < 0:
+            return self._on_eval_sample(sample)
+        if self.buffer.add(sample) is not None:
+            self.sm.accept()
+            self.generators.add(self.where.pop(sample.prompt_id), -1)
+        return []
+
+    def on_step_done(self, version: int) -> list[Command]:
+        if self.step is None or version != self.step[0] + 1:
+            raise RuntimeError(f"StepDone for version {version} but no such step was running")
+        _, groups = self.step
+        self.step = None
+        self.sm.set_version(version)
+        every = self.policy.checkpoint_interval
+        if every and version % every == 0:
+            self.ckpt_requested = True
+        return [StepFinished(version, groups), *self.sync_weights()]
+
+    def on_weights_sent(self, stage: int, version: int, checksums: dict[str, str]) -> list[Command]:
+        sync = self._sync(version)
+        sync.sent[stage] = checksums
+        if len(sync.sent) < self.policy.stages:
+            return []
+        out: list[Command] = []
+        for generator, sums in sync.loaded:
+            out += self._verify(version, generator, sums)
+        sync.loaded.clear()
+        return out
+
+    def on_weights_loaded(self, generator: int, version: int, checksums: dict[str, str]) -> list[Command]:
+        sync = self._sync(version)
+        if len(sync.sent) < self.policy.stages:
+            sync.loaded.append((generator, checksums))
+            return []
+        return self._verify(version, generator, checksums)
+
+    def on_checkpoint_saved(self) -> None:
+        if self.ckpt_in_progress is None:
+            raise RuntimeError("CheckpointSaved but no checkpoint was being saved")
+        self.last_ckpt_version = self.ckpt_in_progress
+        self.ckpt_in_progress = None
+
+    # ---- inside -------------------------------------------------------------------------------
+
+    def _submit(self, prompt_id: int, row: int, seed: int) -> Submit:
+        generator = self.generators.least_loaded()
+        self.generators.add(generator, 1)
+        self.where[prompt_id] = generator
+        return Submit(generator, prompt_id, row, seed)
+
+    def _admit(self, out: list[Command]) -> None:
+        """Submit prompts while the staleness bound allows and later steps still need them."""
+        needed = self.policy.total_steps * self.policy.batch_prompts
+        sm = self.sm
+        while sm.capacity() > 0 and sm.accepted + sm.running < needed:
+            pid = self.stream.next()
+            out.append(self._submit(pid, self.stream.index(pid), self.rng.randrange(2**31)))
+            self.buffer.open(pid, self.version, self.policy.group_size)
+            sm.submit()
+
+    def _dispatch(self, out: list[Command]) -> None:
+        """Hand the oldest complete groups to the trainer when a batch may train."""
+        b = self.policy.batch_prompts
+        if self.step is not None or self.version >= self.policy.total_steps or self.ckpt_requested:
+            return
+        if self.buffer.ready < b:
+            return
+        # The gate only changes with the buffer's counts or the version: a closed gate is not
+        # recomputed on every sample of every poll.
+        key = (self.buffer.revision, self.version)
+        if key == self._gate_closed_at:
+            return
+        if not self.sm.may_train(self.buffer.running_versions, self.buffer.ready_versions):
+            self._gate_closed_at = key
+            return
+        groups = self.buffer.pop_batch(b)
+        self.step = (self.version, groups)
+        out.append(Train(self.version, groups))
+
+    def _sync(self, version: int) -> WeightSync:
+        sync = self.syncs.get(version)
+        if sync is None:
+            raise RuntimeError(f"weights of version {version} reported, but no such update is in flight")
+        return sync
+
+    def _verify(self, version: int, generator: int, loaded: dict[str, str]) -> list[Command]:
+        sync = self.syncs[version]
+        sent = {name: digest for sums in sync.sent.values() for name, digest in sums.items()}
+        bad = sorted(k for k in sent.keys() | loaded.keys() if sent.get(k) != loaded.get(k))
+        if bad:
+            raise WeightMismatch(
+                f"generator rank {generator} loaded version {version} with {len(bad)} tensor(s) differing"
+                f" from what the trainer sent: {', '.join(bad[:5])}"
+            )
+        if generator not in sync.waiting:
+            raise RuntimeError(f"generator rank {generator} reported version {version} twice")
+        sync.waiting.discard(generator)
+        self.served[generator] = version
+        out: list[Command] = [WeightsVerified(generator, version, len(sent))]
+        if sync.waiting:
+            return out
+        del self.syncs[version]
+        out.append(SyncFinished(version))
+        every = self.policy.eval_interval
+        if every and version % every == 0 and version < self.policy.total_steps and self.eval is None:
+            out += self.start_eval()
+        return out
+
+    def _on_eval_sample(self, sample: Sample) -> list[Command]:
+        ev = self.eval
+        if ev is None or ev.left.get(sample.prompt_id, 0) < 1:
+            raise RuntimeError(f"unexpected held-out result for prompt {sample.prompt_id}")
+        ev.left[sample.prompt_id] -= 1
+        ev.results.append(sample)
+        if ev.left[sample.prompt_id] == 0:
+            del ev.left[sample.prompt_id]
+            self.generators.add(self.where.pop(sample.prompt_id), -1)
+        if ev.left:
+            return []
+        self.eval = None
+        return [EvalFinished(ev.version, ev.results)]
+

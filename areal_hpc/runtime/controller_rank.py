@@ -1,0 +1,425 @@
+"""Rank 0's event loop: the I/O around the scheduler (scheduler.py), which makes every decision.
+
+The loop never blocks on one worker: each turn it drains every message that has arrived, hands
+each to the scheduler as an event, then asks the scheduler what may happen now (admissions, a
+batch, a checkpoint) and executes the commands: messages to the workers, the metrics, the ledger,
+checkpoint files. It also owns what needs a clock, signals or sockets: step timing, busy clocks,
+SIGUSR1/SIGTERM, the lifelines and the start-up wait. Bulk tensors go through the weight groups,
+never through here.
+
+Held-out prompts are evaluated through the same generators under negative prompt ids
+(-1 - row), so they never enter the staleness count or the buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.controller import checkpoint as ckpt
+from areal_hpc.controller.scheduler import (
+    Checkpoint,
+    Command,
+    EvalFinished,
+    Policy,
+    Scheduler,
+    StepFinished,
+    Submit,
+    SyncFinished,
+    SyncWeights,
+    Train,
+    WeightsVerified,
+)
+from areal_hpc.metrics import report
+from areal_hpc.metrics.batch import accuracy, batch_stats
+from areal_hpc.metrics.clock import BusyClock
+from areal_hpc.metrics.progress import Progress
+from areal_hpc.metrics.writer import MetricsWriter, read_metrics
+from areal_hpc.runtime.failure import abort_job, describe
+from areal_hpc.runtime.preflight import Prompts
+from areal_hpc.runtime.trainer_commands import TrainerCommands
+from areal_hpc.wire.layout import generator_ranks, role_of
+from areal_hpc.wire.lifeline import LifelineServer
+from areal_hpc.wire.messages import (
+    CheckpointSaved,
+    GenerateRequest,
+    LaunchPlan,
+    SamplingParams,
+    SaveCheckpoint,
+    Shutdown,
+    StepDone,
+    Trajectory,
+    UpdateWeights,
+    WeightGroupAddress,
+    WeightsLoaded,
+    WeightsSent,
+    WorkerFailed,
+    WorkerReady,
+)
+from areal_hpc.wire.transport import POLL_S, Channel
+
+log = logging.getLogger(__name__)
+LEDGER_FILE = "ledger.jsonl"
+WEIGHTS_FILE = "weights.jsonl"
+# Seconds rank 0 watches the lifelines after a worker reports an error, for a dead peer behind it.
+DEAD_PEER_GRACE_S = 1.0
+
+
+def policy_of(cfg: ExperimentConfig) -> Policy:
+    r = cfg.rollout
+    return Policy(r.eta, r.batch_prompts, r.group_size, r.max_concurrent, r.staleness_gate, cfg.total_steps,
+                  cfg.eval_interval, cfg.checkpoint.interval_steps, cfg.trainer.pp, cfg.seed)
+
+
+@dataclass
+class StepTiming:
+    """What rank 0 measured of the step in flight: its batch's statistics and when it was sent."""
+
+    stats: dict[str, float]
+    dispatched_at: float
+
+
+class Controller:
+    def __init__(self, plan: LaunchPlan, prompts: Prompts, chan: Channel, lifelines: LifelineServer) -> None:
+        cfg: ExperimentConfig = plan.config
+        self.cfg, self.prompts, self.chan, self.lifelines = cfg, prompts, chan, lifelines
+        self.run_dir = Path(cfg.logging.dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.trainers = TrainerCommands(chan, cfg)
+        self.generators = generator_ranks(cfg)
+        self.counters: dict[str, float] = {"elapsed_s": 0.0, "trained_tokens": 0.0, "generated_tokens": 0.0}
+        self.resumed = plan.resume_dir is not None
+        state = None
+        if self.resumed:
+            saved = ckpt.ControllerState.load(plan.resume_dir)
+            state = {"staleness": saved.staleness, "stream": saved.stream, "buffer": saved.buffer, "rng": saved.rng}
+            self.counters.update(saved.counters)
+        else:
+            for old in ckpt.discard_all(ckpt.root_dir(cfg)):
+                log.warning("starting afresh: removed checkpoint %s of an earlier run", old)
+        self.sched = Scheduler(policy_of(cfg), self.generators, len(prompts.train), len(prompts.held_out),
+                               cfg.data.shuffle, state)
+        self.total = cfg.total_steps
+        self._truncate_logs()
+        self.metrics = MetricsWriter(self.run_dir, cfg.logging.tensorboard, resume_step=self.sched.version)
+        self.progress = Progress(self.total, self.sched.version, cfg.logging.progress)
+        self.step: StepTiming | None = None
+        self.sync_started: dict[int, float] = {}  # version -> when its update was asked for
+        # Pause-to-resume seconds each generator reported, until its load is verified.
+        self.sync_seconds: dict[tuple[int, int], float] = {}
+        # Seconds of the latest completed weight update (trainer send to the last generator loaded).
+        self.last_sync_s: float | None = None
+        self.ckpt_path: Path | None = None
+        self.step_gen_tokens = 0.0
+        self.now = time.monotonic()
+        self.last_step_at = self.now
+        self.trainer_clock = BusyClock(self.now)
+        self.gen_clocks = {g: BusyClock(self.now) for g in self.generators}
+
+    @property
+    def version(self) -> int:
+        return self.sched.version
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGUSR1, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        self._wait_ready()
+        self.now = time.monotonic()
+        if self.resumed:
+            self.progress.note(f"resumed from version {self.version} ({self.sched.sm.accepted} prompts accepted)")
+            self._execute(self.sched.sync_weights())
+            self._until(lambda: not self.sched.syncing)
+        else:
+            self._execute(self.sched.start_eval())
+            self._until(lambda: self.sched.eval is None)
+        self.last_step_at = self.now
+        self.sched.start_training()
+        for clock in (self.trainer_clock, *self.gen_clocks.values()):
+            clock.idle_fraction(self.now)
+        self._until(self.sched.finished)
+        if self.sched.stop_requested:
+            self.progress.note(f"stopped on request at version {self.version}; checkpoint saved")
+            return self._shutdown("stopped on signal", 0)
+        self._until(lambda: self.sched.eval is None)  # one started during training
+        self._execute(self.sched.start_eval())
+        self._until(lambda: self.sched.eval is None)
+        return self._shutdown("done", 0)
+
+    def _until(self, done) -> None:
+        """Run turns of the loop until `done()`."""
+        while not done():
+            worked = self._turn()
+            if not worked:
+                time.sleep(POLL_S)
+
+    def _turn(self) -> bool:
+        self.now = time.monotonic()
+        self._check_lifelines()
+        worked = False
+        while (got := self.chan.poll()) is not None:
+            self._handle(*got)
+            worked = True
+        self.now = time.monotonic()
+        commands = self.sched.poll()
+        self._execute(commands)
+        self._update_clocks()
+        return worked or bool(commands)
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        """SIGUSR1: checkpoint at the next step boundary and go on; SIGTERM: checkpoint and stop."""
+        self.sched.request_checkpoint(stop=signum == signal.SIGTERM)
+
+    # ---- startup --------------------------------------------------------------------------
+
+    def _wait_ready(self) -> None:
+        """Relay the weight groups' addresses to the generators until every worker is ready; a
+        worker not ready within `startup_timeout_s` is named and the job ends."""
+        waiting = set(range(1, self.chan.size))
+        announced: set[int] = set()  # stage leaders waiting in their weight group for the generators
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        while waiting:
+            self._check_lifelines()
+            got = self.chan.poll()
+            if got is None:
+                if time.monotonic() > deadline:
+                    abort_job(self.chan.comm, self._not_ready(waiting, announced))
+                time.sleep(POLL_S)
+                continue
+            src, msg = got
+            if isinstance(msg, WeightGroupAddress):
+                announced.add(src)
+                for g in self.generators:
+                    self.chan.send(g, msg)
+            elif isinstance(msg, WorkerReady):
+                waiting.discard(msg.rank)
+            else:
+                self._handle(src, msg)
+        self.progress.note(f"all {self.chan.size - 1} workers ready")
+
+    def _not_ready(self, waiting: set[int], announced: set[int]) -> str:
+        why = []
+        for rank in sorted(waiting):
+            role, index = role_of(self.cfg, rank)
+            if rank in self.generators:
+                doing = "never joined the weight groups (engine start, model load or the group join)"
+            elif rank in announced:
+                doing = "waits in its weight group for generators that never joined"
+            else:
+                doing = "did not load its model and join the trainer group"
+            why.append(f"rank {rank} ({role} {index}) {doing}")
+        return f"not ready after startup_timeout_s = {self.cfg.startup_timeout_s:g} s: " + "; ".join(why)
+
+    def _check_lifelines(self) -> None:
+        """A worker whose lifeline ended died without reporting (kill -9, the OOM killer, a lost
+        node): name it and end the job."""
+        dead = self.lifelines.ended()
+        if dead:
+            abort_job(self.chan.comm, "; ".join(self._died(rank) for rank in dead))
+
+    def _died(self, rank: int) -> str:
+        role, index = role_of(self.cfg, rank)
+        return (f"rank {rank} ({role} {index}) died without reporting an error"
+                " (its process ended: killed by a signal, the out-of-memory killer or a lost node)")
+
+    def _on_worker_failed(self, failed: WorkerFailed) -> None:
+        """A worker's error is often the echo of a peer's death (its collective lost the peer):
+        a rank whose lifeline ends within DEAD_PEER_GRACE_S is named first, as the cause."""
+        deadline = time.monotonic() + DEAD_PEER_GRACE_S
+        dead = self.lifelines.ended()
+        while not dead and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            dead = self.lifelines.ended()
+        causes = [self._died(rank) for rank in dead]
+        abort_job(self.chan.comm, "; ".join([*causes, ("then " if causes else "") + describe(failed)]))
+
+    # ---- messages in, commands out ----------------------------------------------------------
+
+    def _handle(self, src: int, msg: object) -> None:
+        if isinstance(msg, Trajectory):
+            if msg.prompt_id >= 0:
+                self.step_gen_tokens += len(msg.output_ids)
+                self.counters["generated_tokens"] += len(msg.output_ids)
+            self._execute(self.sched.on_trajectory(msg))
+        elif isinstance(msg, StepDone):
+            commands = self.sched.on_step_done(msg.version)
+            self._record_step(msg)
+            self._execute(commands)
+        elif isinstance(msg, WeightsSent):
+            self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums))
+        elif isinstance(msg, WeightsLoaded):
+            self.sync_seconds[(msg.generator_rank, msg.version)] = msg.seconds
+            self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, msg.checksums))
+        elif isinstance(msg, CheckpointSaved):
+            self._on_checkpoint_saved(msg)
+        elif isinstance(msg, WorkerFailed):
+            self._on_worker_failed(msg)
+        else:
+            raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
+
+    def _execute(self, commands: list[Command]) -> None:
+        for c in commands:
+            if isinstance(c, Submit):
+                self._submit(c)
+            elif isinstance(c, Train):
+                self._dispatch(c)
+            elif isinstance(c, SyncWeights):
+                self._update_weights(c.version)
+            elif isinstance(c, StepFinished):
+                with (self.run_dir / LEDGER_FILE).open("a") as f:
+                    f.write(json.dumps({"step": c.version - 1, "prompt_ids": [g.prompt_id for g in c.groups]}) + "\n")
+            elif isinstance(c, WeightsVerified):
+                with (self.run_dir / WEIGHTS_FILE).open("a") as f:
+                    record = {"version": c.version, "generator_rank": c.generator,
+                              "seconds": self.sync_seconds.pop((c.generator, c.version)), "tensors": c.tensors,
+                              "stages": self.cfg.trainer.pp}
+                    f.write(json.dumps(record) + "\n")
+            elif isinstance(c, SyncFinished):
+                self.last_sync_s = self.now - self.sync_started.pop(c.version)
+            elif isinstance(c, Checkpoint):
+                self._checkpoint(c.version)
+            elif isinstance(c, EvalFinished):
+                self._on_eval_finished(c)
+            else:
+                raise RuntimeError(f"unknown scheduler command {c!r:.200}")
+
+    def _record_step(self, done: StepDone) -> None:
+        """The step's metrics: what the batch held (measured at dispatch) and what the trainer said."""
+        step, self.step = self.step, None
+        interval = self.now - self.last_step_at
+        self.last_step_at = self.now
+        self.counters["elapsed_s"] += interval
+        self.counters["trained_tokens"] += step.stats["trained_tokens"]
+        record = dict(step.stats)
+        record.update({f"train/{k}": float(v) for k, v in done.metrics.items() if isinstance(v, int | float)})
+        record.update(
+            {
+                "version": float(done.version),
+                "elapsed_s": self.counters["elapsed_s"],
+                "step_s": interval,
+                "train_s": self.now - step.dispatched_at,
+                "effective_tokens_per_s": step.stats["trained_tokens"] / max(interval, 1e-9),
+                "trained_tokens_per_s": step.stats["trained_tokens"] / max(self.now - step.dispatched_at, 1e-9),
+                "generated_tokens_per_s": self.step_gen_tokens / max(interval, 1e-9),
+                "trained_tokens_total": self.counters["trained_tokens"],
+                "generated_tokens_total": self.counters["generated_tokens"],
+                "buffer_groups": float(self.sched.buffer.ready),
+                "running_prompts": float(self.sched.buffer.running),
+                "trainer_idle_fraction": self.trainer_clock.idle_fraction(self.now),
+                "generator_idle_fraction": sum(c.idle_fraction(self.now) for c in self.gen_clocks.values())
+                / len(self.gen_clocks),
+            }
+        )
+        if self.last_sync_s is not None:
+            record["weight_sync_s"] = self.last_sync_s
+        self.step_gen_tokens = 0.0
+        self.metrics.write(done.version, record)
+        self.progress.update(done.version, record)
+
+    def _update_weights(self, version: int) -> None:
+        msg = UpdateWeights(version)
+        self.trainers.command(msg)
+        for g in self.generators:
+            self.chan.send(g, msg)
+        self.sync_started[version] = self.now
+
+    def _submit(self, c: Submit) -> None:
+        r = self.cfg.rollout
+        sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, c.seed)
+        if c.prompt_id >= 0:
+            req = GenerateRequest(c.prompt_id, self.prompts.train_ids[c.row], r.group_size, sampling,
+                                  self.prompts.train_references[c.row])
+        else:
+            req = GenerateRequest(c.prompt_id, self.prompts.held_out_ids[c.row], r.group_size, sampling,
+                                  self.prompts.held_out_references[c.row])
+        self.chan.send(c.generator, req)
+
+    def _dispatch(self, c: Train) -> None:
+        trajectories = [t for g in c.groups for t in g.trajectories]
+        self.step = StepTiming(batch_stats(trajectories, c.version, self.cfg.reward.correct), self.now)
+        self.trainers.batch(c.version, trajectories)
+
+    def _update_clocks(self) -> None:
+        self.trainer_clock.set(self.sched.trainer_busy, self.now)
+        for g, clock in self.gen_clocks.items():
+            clock.set(self.sched.generator_busy(g), self.now)
+
+    # ---- evaluation -----------------------------------------------------------------------
+
+    def _on_eval_finished(self, ev: EvalFinished) -> None:
+        acc = accuracy(ev.results, self.cfg.reward.correct)
+        n = len(ev.results)
+        record = {
+            "eval_accuracy": acc,
+            "eval_reward_mean": sum(t.reward for t in ev.results) / n,
+            "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
+        }
+        self.metrics.write(ev.version, record)
+        self._write_eval_samples(ev)
+        self.progress.note(
+            f"held-out accuracy at version {ev.version}: {acc:.3f}"
+            f" ({len(self.prompts.held_out)} prompts x {self.cfg.rollout.group_size} samples)"
+        )
+
+    def _write_eval_samples(self, ev: EvalFinished) -> None:
+        """Per held-out prompt: its rewards and response lengths, for analysis after the run."""
+        rows: dict[int, dict] = {}
+        for t in sorted(ev.results, key=lambda t: (t.prompt_id, t.sample_index)):
+            row = -1 - t.prompt_id
+            entry = rows.setdefault(row, {"row": row, "prompt": self.prompts.held_out[row].prompt,
+                                          "answer": self.prompts.held_out[row].answer, "rewards": [], "lengths": []})
+            entry["rewards"].append(t.reward)
+            entry["lengths"].append(len(t.output_ids))
+        path = self.run_dir / "eval" / f"version-{ev.version:06d}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint(self, version: int) -> None:
+        """Trainer part and controller state of `version`; complete once both exist."""
+        path = ckpt.step_dir(ckpt.root_dir(self.cfg), version)
+        shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier run must not count
+        path.mkdir(parents=True)
+        self.trainers.command(SaveCheckpoint(str(path), version))
+        state = self.sched.state_dict()
+        ckpt.ControllerState(version=version, counters=dict(self.counters), **state).save(path)
+        self.ckpt_path = path
+
+    def _on_checkpoint_saved(self, saved: CheckpointSaved) -> None:
+        path = Path(saved.path)
+        if path != self.ckpt_path:
+            raise RuntimeError(f"CheckpointSaved for {path}, expected {self.ckpt_path}")
+        self.sched.on_checkpoint_saved()
+        ckpt.mark_complete(path)
+        ckpt.prune(path.parent, self.cfg.checkpoint.keep_last)
+        self.ckpt_path = None
+        self.progress.note(f"checkpoint {path} complete")
+
+    def _truncate_logs(self) -> None:
+        """Steps the resumed checkpoint does not contain never happened (a fresh run starts empty)."""
+        for name, key, newest in ((LEDGER_FILE, "step", self.version - 1), (WEIGHTS_FILE, "version", self.version)):
+            path = self.run_dir / name
+            lines = path.read_text().splitlines() if self.resumed and path.is_file() else []
+            path.write_text("".join(line + "\n" for line in lines if json.loads(line)[key] <= newest))
+
+    # ---- the end --------------------------------------------------------------------------
+
+    def _shutdown(self, reason: str, code: int) -> int:
+        self.trainers.command(Shutdown(reason))
+        for g in self.generators:
+            self.chan.send(g, Shutdown(reason))
+        self.chan.flush()
+        self.progress.close()
+        self.metrics.close()
+        records = read_metrics(self.run_dir / "metrics.jsonl")
+        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}")
+        print(f"metrics: {self.run_dir / 'metrics.jsonl'}\nplot: {png}", flush=True)
+        return code

@@ -1,0 +1,155 @@
+"""The controller's scheduler, driven event by event: no MPI, no files, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_hpc.controller.scheduler import (
+    Checkpoint,
+    EvalFinished,
+    GeneratorLoad,
+    Policy,
+    Scheduler,
+    StepFinished,
+    Submit,
+    SyncFinished,
+    SyncWeights,
+    Train,
+    WeightMismatch,
+    WeightsVerified,
+    eval_id,
+)
+from areal_hpc.wire.messages import Trajectory
+
+GENERATORS = [4, 5]
+
+
+def make(eta: int = 1, b: int = 2, k: int = 2, mc: int = 8, total: int = 3, **policy) -> Scheduler:
+    return Scheduler(Policy(eta, b, k, mc, "strict", total, **policy), GENERATORS, train_size=10, held_out_size=3)
+
+
+def sample(pid: int, i: int) -> Trajectory:
+    return Trajectory(pid, i, [1], [2], [0.0], [0], "stop")
+
+
+def finish(s: Scheduler, submits: list[Submit]) -> list:
+    out = []
+    for c in submits:
+        for i in range(s.policy.group_size):
+            out += s.on_trajectory(sample(c.prompt_id, i))
+    return out
+
+
+def sync(s: Scheduler, version: int) -> list:
+    out = s.on_weights_sent(0, version, {"w": "x"})
+    for g in GENERATORS:
+        out += s.on_weights_loaded(g, version, {"w": "x"})
+    return out
+
+
+def kinds(commands: list) -> list[type]:
+    return [type(c) for c in commands]
+
+
+def test_least_loaded_prefers_fewest_then_lowest_rank():
+    load = GeneratorLoad([5, 3, 4])
+    assert load.least_loaded() == 3
+    load.add(3, 2)
+    load.add(4, 1)
+    assert load.least_loaded() == 5
+    load.add(5, 1)
+    assert load.least_loaded() == 4
+    load.add(3, -2)
+    assert load.least_loaded() == 3
+    assert eval_id(0) == -1 and eval_id(9) == -10
+
+
+def test_nothing_flows_before_training_starts_then_admission_fills_the_bound():
+    s = make(eta=1, b=2, mc=8)
+    assert s.poll() == []
+    s.start_training()
+    submits = s.poll()
+    # (eta + version + 1) * B = 4 prompts, spread over the generators, least loaded first.
+    assert kinds(submits) == [Submit] * 4
+    assert [c.generator for c in submits] == [4, 5, 4, 5]
+    assert [c.prompt_id for c in submits] == [0, 1, 2, 3]
+    assert len({c.seed for c in submits}) == 4
+    assert s.poll() == []
+
+
+def test_a_batch_trains_once_complete_and_the_step_moves_the_weights():
+    s = make(eta=1, b=2)
+    s.start_training()
+    submits = s.poll()
+    assert finish(s, submits[:1]) == []
+    assert s.poll() == []  # one complete group: not a batch
+    finish(s, submits[1:2])
+    train = s.poll()
+    assert kinds(train) == [Train]
+    assert train[0].version == 0 and [g.prompt_id for g in train[0].groups] == [0, 1]
+    assert s.trainer_busy and s.generator_busy(4)
+    finish(s, submits[2:])
+    assert not any(isinstance(c, Train) for c in s.poll())  # one step at a time
+    done = s.on_step_done(1)
+    assert kinds(done) == [StepFinished, SyncWeights] and done[1].version == 1
+    assert not s.generator_busy(4)  # it still serves version 0
+    out = sync(s, 1)
+    assert kinds(out) == [WeightsVerified, WeightsVerified, SyncFinished]
+    assert s.generator_busy(4) or s.generators.load[4] == 0
+    with pytest.raises(RuntimeError, match="no such step"):
+        s.on_step_done(5)
+
+
+def test_weights_that_differ_from_what_was_sent_are_named():
+    s = make(stages=2)
+    s.sync_weights()
+    assert s.on_weights_loaded(4, 0, {"a": "1", "b": "2"}) == []  # stage 1 has not reported yet
+    assert s.on_weights_sent(0, 0, {"a": "1"}) == []
+    with pytest.raises(WeightMismatch, match="generator rank 4 loaded version 0 with 1 tensor"):
+        s.on_weights_sent(1, 0, {"b": "3"})
+
+
+def test_eval_rounds_count_samples_and_free_their_generators():
+    s = make(k=2, eval_interval=1)
+    submits = s.start_eval()
+    assert [c.prompt_id for c in submits] == [-1, -2, -3] and [c.row for c in submits] == [0, 1, 2]
+    assert make().start_eval()[0].seed == submits[0].seed  # every round samples with the same seeds
+    out = finish(s, submits)
+    assert kinds(out) == [EvalFinished] and len(out[0].results) == 6 and s.eval is None
+    assert s.generators.load == {4: 0, 5: 0}
+    with pytest.raises(RuntimeError, match="unexpected held-out result"):
+        s.on_trajectory(sample(-1, 0))
+
+
+def test_an_eval_round_starts_when_every_generator_serves_an_eval_version():
+    s = make(eval_interval=1, total=3)
+    s.start_training()
+    finish(s, s.poll()[:2])
+    s.poll()
+    s.on_step_done(1)
+    out = sync(s, 1)
+    assert kinds(out)[-3:] == [Submit] * 3 and s.eval is not None and s.eval.version == 1
+
+
+def test_a_checkpoint_waits_for_the_step_boundary_and_a_stop_for_the_checkpoint():
+    s = make(eta=1, b=2)
+    s.start_training()
+    submits = s.poll()
+    finish(s, submits[:2])
+    assert kinds(s.poll()) == [Train]
+    s.request_checkpoint(stop=True)
+    assert s.poll() == []  # the step in flight completes first
+    s.on_step_done(1)
+    assert kinds(s.poll()) == [Checkpoint]  # and then nothing is admitted: a stop is pending
+    assert not s.finished()  # the checkpoint and the weight update are in flight
+    s.on_checkpoint_saved()
+    sync(s, 1)
+    assert s.finished()
+    state = s.state_dict()
+    assert state["staleness"]["version"] == 1 and state["stream"]["returned"] == [2, 3]
+
+
+def test_version_zero_is_never_checkpointed():
+    s = make()
+    s.request_checkpoint()
+    assert s.poll() == []
