@@ -21,13 +21,18 @@ class Group:
     version: int
     seq: int
     size: int
-    trajectories: list[Trajectory] = field(default_factory=list)
+    # Sample i at index i once it arrived (None until then).
+    trajectories: list[Trajectory | None] = field(default_factory=list)
     # Bit i set: sample i arrived (a duplicate is caught in O(1)).
     arrived: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.trajectories:
+            self.trajectories = [None] * self.size
+
     @property
     def complete(self) -> bool:
-        return len(self.trajectories) == self.size
+        return self.arrived == (1 << self.size) - 1
 
 
 def _take(counts: Counter[int], version: int) -> None:
@@ -64,15 +69,16 @@ class TrajectoryBuffer:
         group = self._running.get(traj.prompt_id)
         if group is None:
             raise KeyError(f"sample of prompt {traj.prompt_id}, which is not running")
-        bit = 1 << traj.sample_index
-        if group.arrived & bit:
-            raise KeyError(f"sample {traj.sample_index} of prompt {traj.prompt_id} arrived twice")
-        group.arrived |= bit
-        group.trajectories.append(traj)
+        i = traj.sample_index
+        if not 0 <= i < group.size:
+            raise KeyError(f"sample {i} of prompt {traj.prompt_id}, which has {group.size} samples")
+        if group.arrived >> i & 1:
+            raise KeyError(f"sample {i} of prompt {traj.prompt_id} arrived twice")
+        group.arrived |= 1 << i
+        group.trajectories[i] = traj
         if not group.complete:
             return None
         del self._running[traj.prompt_id]
-        group.trajectories.sort(key=lambda t: t.sample_index)
         _take(self.running_versions, group.version)
         self._push_ready(group)
         return group
