@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from areal_hpc.config.load import load_config
-from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
+from areal_hpc.metrics.jsonl import read_records
+from areal_hpc.metrics.writer import METRICS_FILE
 from areal_hpc.recipes.warm_start import ensure_prepared
 
 CONFIG = "configs/experiments/quickstart.yaml"
@@ -35,7 +36,7 @@ def run(run_dir: Path, overrides: list[str], timeout: float = 1800) -> tuple[lis
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
         raise RuntimeError(f"job failed ({proc.returncode}): {' '.join(cmd)}")
-    return read_metrics(run_dir / METRICS_FILE), seconds
+    return read_records(run_dir / METRICS_FILE), seconds
 
 
 def steps(records: list[dict]) -> list[dict]:

@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from statistics import mean
 
-from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
+from areal_hpc.metrics.jsonl import read_records
+from areal_hpc.metrics.writer import METRICS_FILE
 
 # The paper's Figure 4, AReaL, 1.5B model: effective tokens/s by context and GPUs.
 PAPER_1P5B = {
@@ -49,7 +50,7 @@ def collect(sweep_dirs: list[Path]) -> list[dict]:
     for sweep in sweep_dirs:
         for point_file in sorted(sweep.glob("*/point.json")):
             point = json.loads(point_file.read_text())
-            value, n = point_throughput(read_metrics(point_file.parent / METRICS_FILE))
+            value, n = point_throughput(read_records(point_file.parent / METRICS_FILE))
             rows.append({**point, "run_dir": str(point_file.parent), FIELD: value, "steps_measured": n})
     rows.sort(key=lambda r: (r["model"], r["context"], r["gpus"]))
     for group in _series(rows).values():

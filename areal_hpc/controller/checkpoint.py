@@ -1,16 +1,25 @@
-"""Checkpoint directories: one per step, complete only once every part is written.
+"""Checkpoint directories: one per step, complete only once every part is written and synced.
 
     <root>/step-00000010/trainer/          the trainer's part (written by the trainer ranks)
     <root>/step-00000010/controller.json   the controller's state
-    <root>/step-00000010/COMPLETE          written last, by the controller
+    <root>/step-00000010/COMPLETE          written last, by the controller: the manifest
+
+The manifest lists every file with its size, and a SHA-256 of each file up to HASHED_BYTES (the
+controller state, metadata, small shards; hashing a 32B model's hundreds of GB of optimizer
+shards on rank 0 would take longer than a step, so those are checked by size and by a hash of
+their first and last MiB). Every file is fsynced before COMPLETE, and COMPLETE is written to a
+temporary name, synced and renamed into place: a crash leaves either no COMPLETE or a whole one.
 
 A directory without COMPLETE (a job killed while writing) is ignored by `resume: auto` and
-removed by the next prune.
+removed by the next prune; a complete one whose files no longer match its manifest (a torn copy,
+a truncated shard) is skipped by `resume: auto` for the previous one, and named.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -22,6 +31,11 @@ from areal_hpc.errors import UserError
 
 MARKER = "COMPLETE"
 PREFIX = "step-"
+# Files up to this size are hashed whole in the manifest; larger ones by their ends.
+HASHED_BYTES = 64 << 20
+_END_BYTES = 1 << 20
+
+log = logging.getLogger(__name__)
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -36,8 +50,78 @@ def is_complete(ckpt: str | Path) -> bool:
     return (Path(ckpt) / MARKER).is_file()
 
 
+def _digest(path: Path, size: int) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        if size <= HASHED_BYTES:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        else:
+            h.update(f.read(_END_BYTES))
+            f.seek(size - _END_BYTES)
+            h.update(f.read(_END_BYTES))
+    return h.hexdigest()
+
+
+def _files(ckpt: Path) -> list[Path]:
+    return sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != MARKER and not p.name.endswith(".tmp"))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """`text` at `path`, never half-written: a synced temporary file renamed into place."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync(path.parent)
+
+
 def mark_complete(ckpt: str | Path) -> None:
-    (Path(ckpt) / MARKER).write_text("")
+    """Sync every file of the checkpoint, then write its manifest as COMPLETE."""
+    ckpt = Path(ckpt)
+    manifest = {}
+    for f in _files(ckpt):
+        size = f.stat().st_size
+        _fsync(f)
+        manifest[str(f.relative_to(ckpt))] = {"bytes": size, "sha256": _digest(f, size)}
+    for d in sorted({f.parent for f in _files(ckpt)} | {ckpt}):
+        _fsync(d)
+    write_atomic(ckpt / MARKER, json.dumps({"files": manifest}, indent=0))
+
+
+def problems(ckpt: str | Path) -> list[str]:
+    """What no longer matches the manifest of a complete checkpoint (empty: it is whole). A
+    COMPLETE without a manifest (written before manifests) is trusted as it is."""
+    ckpt = Path(ckpt)
+    text = (ckpt / MARKER).read_text()
+    if not text.strip():
+        return []
+    try:
+        files = json.loads(text)["files"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [f"{ckpt / MARKER}: not a readable manifest"]
+    found = []
+    for name, want in files.items():
+        f = ckpt / name
+        if not f.is_file():
+            found.append(f"{name}: missing")
+            continue
+        size = f.stat().st_size
+        if size != want["bytes"]:
+            found.append(f"{name}: {size} bytes, the manifest says {want['bytes']}")
+        elif _digest(f, size) != want["sha256"]:
+            found.append(f"{name}: its contents changed since the checkpoint was written")
+    return found
 
 
 def _step_dirs(root: Path) -> list[Path]:
@@ -84,9 +168,18 @@ def resume_from(cfg: ExperimentConfig) -> Path | None:
     if resume == "never":
         return None
     if resume == "auto":
-        return latest_complete(root_dir(cfg))
+        # Newest first; a damaged one is named and the previous one is used.
+        for ckpt in reversed([p for p in _step_dirs(root_dir(cfg)) if is_complete(p)]):
+            found = problems(ckpt)
+            if not found:
+                return ckpt
+            log.warning("checkpoint %s is damaged (%s); trying the previous one", ckpt, "; ".join(found[:3]))
+        return None
     if not is_complete(resume):
         raise UserError(f"checkpoint.resume = {resume!r}: not a complete checkpoint (no {MARKER} file)")
+    found = problems(resume)
+    if found:
+        raise UserError(f"checkpoint.resume = {resume!r}: damaged: " + "; ".join(found[:5]))
     return Path(resume)
 
 
@@ -105,15 +198,16 @@ class ControllerState:
 
     def save(self, ckpt: str | Path) -> None:
         """Atomic: a reader never sees a half-written file."""
-        path = Path(ckpt) / "controller.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        Path(ckpt).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(ckpt) / "controller.json", json.dumps(asdict(self)))
 
     @classmethod
     def load(cls, ckpt: str | Path) -> ControllerState:
-        return cls(**json.loads((Path(ckpt) / "controller.json").read_text()))
+        path = Path(ckpt) / "controller.json"
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError, TypeError) as e:
+            raise UserError(f"{path}: not a readable controller state ({type(e).__name__}: {e})") from None
 
 
 def rng_state(rng: random.Random) -> list:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from areal_hpc.metrics.jsonl import read_records, rewrite_records
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -14,8 +16,8 @@ class MetricsWriter:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / METRICS_FILE
-        kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step] if resume_step else []
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        kept = [r for r in read_records(self.path) if r["step"] <= resume_step] if resume_step else []
+        rewrite_records(self.path, kept)
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -35,10 +37,3 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -39,8 +39,9 @@ from areal_hpc.controller.scheduler import (
 from areal_hpc.metrics import report
 from areal_hpc.metrics.batch import accuracy, batch_stats
 from areal_hpc.metrics.clock import BusyClock
+from areal_hpc.metrics.jsonl import read_records, rewrite_records
 from areal_hpc.metrics.progress import Progress
-from areal_hpc.metrics.writer import MetricsWriter, read_metrics
+from areal_hpc.metrics.writer import MetricsWriter
 from areal_hpc.runtime.failure import abort_job, describe
 from areal_hpc.runtime.preflight import Prompts
 from areal_hpc.runtime.trainer_commands import TrainerCommands
@@ -333,12 +334,13 @@ class Controller:
     def _submit(self, c: Submit) -> None:
         r = self.cfg.rollout
         sampling = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, c.seed)
+        p = self.prompts
         if c.prompt_id >= 0:
-            req = GenerateRequest(c.prompt_id, self.prompts.train_ids[c.row], r.group_size, sampling,
-                                  self.prompts.train_references[c.row])
+            req = GenerateRequest(c.prompt_id, p.train_ids[c.row], r.group_size, sampling,
+                                  p.train_references[c.row], p.train[c.row].data_source)
         else:
-            req = GenerateRequest(c.prompt_id, self.prompts.held_out_ids[c.row], r.group_size, sampling,
-                                  self.prompts.held_out_references[c.row])
+            req = GenerateRequest(c.prompt_id, p.held_out_ids[c.row], r.group_size, sampling,
+                                  p.held_out_references[c.row], p.held_out[c.row].data_source)
         self.chan.send(c.generator, req)
 
     def _dispatch(self, c: Train) -> None:
@@ -407,8 +409,8 @@ class Controller:
         """Steps the resumed checkpoint does not contain never happened (a fresh run starts empty)."""
         for name, key, newest in ((LEDGER_FILE, "step", self.version - 1), (WEIGHTS_FILE, "version", self.version)):
             path = self.run_dir / name
-            lines = path.read_text().splitlines() if self.resumed and path.is_file() else []
-            path.write_text("".join(line + "\n" for line in lines if json.loads(line)[key] <= newest))
+            records = read_records(path) if self.resumed else []
+            rewrite_records(path, (r for r in records if r[key] <= newest))
 
     # ---- the end --------------------------------------------------------------------------
 
@@ -419,7 +421,7 @@ class Controller:
         self.chan.flush()
         self.progress.close()
         self.metrics.close()
-        records = read_metrics(self.run_dir / "metrics.jsonl")
+        records = read_records(self.run_dir / "metrics.jsonl")
         summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}")
         print(f"metrics: {self.run_dir / 'metrics.jsonl'}\nplot: {png}", flush=True)
         return code

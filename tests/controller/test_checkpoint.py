@@ -71,3 +71,53 @@ def test_discard_all_removes_every_checkpoint(tmp_path):
     assert sorted(p.name for p in ck.discard_all(tmp_path)) == ["step-00000010", "step-00000020"]
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert ck.discard_all(tmp_path / "absent") == []
+
+
+def written(root, step: int, shard_bytes: int = 1000):
+    """A complete checkpoint with a small and, when asked, a large trainer shard."""
+    d = ck.step_dir(root, step)
+    ck.trainer_dir(d).mkdir(parents=True)
+    (ck.trainer_dir(d) / "metadata.json").write_text(f'{{"step": {step}}}')
+    (ck.trainer_dir(d) / "__0_0.distcp").write_bytes(bytes(range(256)) * (shard_bytes // 256 + 1))
+    ck.ControllerState(version=step, staleness={}, stream={}, buffer={}).save(d)
+    ck.mark_complete(d)
+    return d
+
+
+def test_the_manifest_names_what_changed_since_the_checkpoint(tmp_path, monkeypatch):
+    d = written(tmp_path, 10)
+    assert ck.problems(d) == []
+    (ck.trainer_dir(d) / "metadata.json").write_text('{"step": 11}')  # same size, other bytes
+    shard = ck.trainer_dir(d) / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])  # truncated
+    (d / "controller.json").unlink()
+    found = ck.problems(d)
+    assert found == ["controller.json: missing", "trainer/__0_0.distcp: 100 bytes, the manifest says 1024",
+                     "trainer/metadata.json: its contents changed since the checkpoint was written"]
+    # A large shard is hashed by its ends: a change there is found.
+    monkeypatch.setattr(ck, "HASHED_BYTES", 2 << 20)
+    big = written(tmp_path, 20, shard_bytes=3 << 20)
+    data = bytearray((ck.trainer_dir(big) / "__0_0.distcp").read_bytes())
+    data[-1] ^= 1
+    (ck.trainer_dir(big) / "__0_0.distcp").write_bytes(bytes(data))
+    assert ck.problems(big) == ["trainer/__0_0.distcp: its contents changed since the checkpoint was written"]
+
+
+def test_resume_auto_skips_a_damaged_newest_checkpoint_and_says_so(tmp_path, caplog):
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", [f"logging.dir={tmp_path}"])
+    older = written(ck.root_dir(cfg), 10)
+    newest = written(ck.root_dir(cfg), 20)
+    (ck.trainer_dir(newest) / "__0_0.distcp").write_bytes(b"torn")
+    with caplog.at_level("WARNING"):
+        assert ck.resume_from(cfg) == older
+    assert f"checkpoint {newest} is damaged (trainer/__0_0.distcp: 4 bytes" in caplog.text
+    cfg.checkpoint.resume = str(newest)
+    with pytest.raises(UserError, match="damaged: trainer/__0_0.distcp: 4 bytes"):
+        ck.resume_from(cfg)
+
+
+def test_a_corrupt_controller_state_is_a_clear_error(tmp_path):
+    d = written(tmp_path, 10)
+    (d / "controller.json").write_text('{"version": 10, "stag')
+    with pytest.raises(UserError, match="controller.json: not a readable controller state"):
+        ck.ControllerState.load(d)

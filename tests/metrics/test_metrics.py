@@ -8,9 +8,10 @@ import pytest
 
 from areal_hpc.metrics.batch import batch_stats, staleness_histogram
 from areal_hpc.metrics.clock import BusyClock
+from areal_hpc.metrics.jsonl import read_records
 from areal_hpc.metrics.progress import Progress, summary_line
 from areal_hpc.metrics.report import finish, summarize
-from areal_hpc.metrics.writer import MetricsWriter, read_metrics
+from areal_hpc.metrics.writer import MetricsWriter
 from areal_hpc.wire.messages import Trajectory
 
 
@@ -54,7 +55,7 @@ def test_writer_resume_drops_later_steps_and_report(tmp_path):
     assert list((tmp_path / "tensorboard").iterdir())
     w = MetricsWriter(tmp_path, tensorboard=False, resume_step=2)
     w.write(3, {"eval_accuracy": 0.5})
-    records = read_metrics(tmp_path / "metrics.jsonl")
+    records = read_records(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     s = summarize(records)
     assert s["eval_accuracy_first"] == 0.2 and s["eval_accuracy_last"] == 0.5
@@ -71,3 +72,26 @@ def test_progress_without_terminal_prints_lines():
     p.close()
     assert out.getvalue() == "step 1/5 | reward +1.50 | acc 0.25\n"
     assert summary_line(2, 5, {}) == "step 2/5"
+
+
+def test_a_torn_last_line_is_dropped_and_a_damaged_middle_line_named(tmp_path, caplog):
+    from areal_hpc.metrics.jsonl import LogError, rewrite_records
+
+    path = tmp_path / "ledger.jsonl"
+    rewrite_records(path, [{"step": 0}, {"step": 1}])
+    with path.open("a") as f:
+        f.write('{"step": 2, "prom')  # the crash
+    with caplog.at_level("WARNING"):
+        assert read_records(path) == [{"step": 0}, {"step": 1}]
+    assert "dropped its torn last line 3" in caplog.text
+    path.write_text('{"step": 0}\n{"st\n{"step": 2}\n')
+    with pytest.raises(LogError, match="ledger.jsonl: line 2 is not JSON"):
+        read_records(path)
+    # Resuming cuts the log back by a new file renamed into place.
+    MetricsWriter(tmp_path, tensorboard=False).write(1, {"x": 1.0})
+    MetricsWriter(tmp_path, tensorboard=False).write(2, {"x": 2.0})
+    assert [r["step"] for r in read_records(tmp_path / "metrics.jsonl")] == [2]
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "x"')
+    MetricsWriter(tmp_path, tensorboard=False, resume_step=2)
+    assert read_records(tmp_path / "metrics.jsonl") == [{"step": 2, "x": 2.0}]

@@ -19,14 +19,15 @@ from job_processes import MARKER, describe, job_groups, leftovers, rank_pid
 from slurm_jobs import TINY, Cluster, write_script
 
 from areal_hpc.config.load import load_config
-from areal_hpc.metrics.writer import METRICS_FILE, read_metrics
+from areal_hpc.metrics.jsonl import read_records
+from areal_hpc.metrics.writer import METRICS_FILE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ETA, STEPS, STOP_AFTER = 2, 6, 2
 
 
 def trained_steps(run_dir: Path) -> list[dict]:
-    return [r for r in read_metrics(run_dir / METRICS_FILE) if "trained_tokens" in r]
+    return [r for r in read_records(run_dir / METRICS_FILE) if "trained_tokens" in r]
 
 
 def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path]:
