@@ -5,7 +5,11 @@ Measured:
   with as many callers as workers (latency is then the service time, not queueing), with p50/p99
   latency per task. Math responses cycle through the answer forms of the tests (LaTeX fractions,
   percentages, intervals, expressions); code tasks are correct and wrong programs with 5 cases
-  each, on the default (auto) sandbox backend;
+  each, on the default (auto) sandbox backend; custom-function tasks are a verl-style function
+  (the last number of the response against the ground truth), so they measure the service's own
+  cost per call;
+- assert-style code tasks ("assert" rows): correct and wrong programs against MBPP's and HumanEval's
+  shapes of tests, 5 asserts each (one case per assert), on the same backend;
 - sandbox overhead: one program with 1 and with 10 test cases, run bare (one `python -I -S`
   process per case, as a plain judge would) and through each sandbox backend that works here.
 
@@ -31,7 +35,7 @@ from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.reward.code_tests import TestSuite, parse_tests
 from areal_hpc.reward.pool import RewardPool
 from areal_hpc.reward.sandbox import BACKENDS, Sandbox, SandboxUnavailable
-from areal_hpc.reward.task import CodeTask, MathTask, Task
+from areal_hpc.reward.task import CodeTask, CustomTask, MathTask, Task
 
 MATH = [
     ("Thus the answer is \\boxed{\\frac{1}{2}}.", "0.5"),
@@ -56,7 +60,28 @@ CODE = [
     ("```python\ndef gcd(a, b):\n    while b:\n        a, b = b, a % b\n    return a\n```", CALLS),
     ("```python\nprint(0)\n```", ADD),  # wrong: stops at the first failing case
 ]
+WORDS = ["level", "abc", "", "noon", "ab"]
+MBPP_PALINDROME = parse_tests({"test_list": [f"assert is_palindrome({w!r}) == {w == w[::-1]}" for w in WORDS]})
+MBPP_MEAN = parse_tests({"test_setup_code": "import math",
+                         "test_list": [f"assert math.isclose(mean({xs}), {sum(xs) / len(xs)})"
+                                       for xs in ([1, 2], [5], [0.5, 1.5, 4], [-3, 3], [7, 8, 9, 10])]})
+HUMANEVAL_SORT = parse_tests({"entry_point": "sort_desc", "test": "def check(candidate):\n" + "".join(
+    f"    assert candidate({xs}) == {sorted(xs, reverse=True)}\n" for xs in ([3, 1, 2], [], [5, 5, 1], [-1, 0, 1], [9]))})
+ASSERTS = [
+    ("```python\ndef is_palindrome(s):\n    return s == s[::-1]\n```", MBPP_PALINDROME),
+    ("```python\ndef mean(xs):\n    return sum(xs) / len(xs)\n```", MBPP_MEAN),
+    ("```python\ndef sort_desc(xs):\n    return sorted(xs, reverse=True)\n```", HUMANEVAL_SORT),
+    ("```python\ndef is_palindrome(s):\n    return True\n```", MBPP_PALINDROME),  # wrong: fails at the second
+]
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
+CUSTOM_FUNCTION = """
+import re
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    numbers = re.findall(r"-?\\d+", solution_str)
+    return {"score": 1.0 if numbers and numbers[-1] == ground_truth else 0.0, "numbers": len(numbers)}
+"""
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -89,13 +114,24 @@ async def _closed_loop(config: RewardConfig, tasks: list[Task]) -> dict:
 
 
 def throughput(quick: bool) -> dict:
-    n_math, n_code = (60, 16) if quick else (600, 120)
+    n_math, n_code, n_custom = (60, 16, 200) if quick else (600, 120, 2000)
     math_tasks = [MathTask(*MATH[i % len(MATH)]) for i in range(n_math)]
     code_tasks = [CodeTask(*CODE[i % len(CODE)]) for i in range(n_code)]
+    assert_tasks = [CodeTask(*ASSERTS[i % len(ASSERTS)]) for i in range(n_code)]
     out = {}
     for workers in (1, 2):
         out[f"math x{workers}"] = asyncio.run(_closed_loop(RewardConfig(kind="math", workers=workers), math_tasks))
         out[f"code x{workers}"] = asyncio.run(_closed_loop(RewardConfig(kind="code", workers=workers), code_tasks))
+        out[f"assert x{workers}"] = asyncio.run(_closed_loop(RewardConfig(kind="code", workers=workers),
+                                                             assert_tasks))
+    custom_tasks = [CustomTask(f"step 1 gives {i}, so the answer is {i * 7}", "bench", str(i * 7 + i % 2))
+                    for i in range(n_custom)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "reward_fn.py"
+        path.write_text(CUSTOM_FUNCTION)
+        for workers in (1, 2):
+            config = RewardConfig(kind="custom", function=f"{path}:compute_score", workers=workers)
+            out[f"custom x{workers}"] = asyncio.run(_closed_loop(config, custom_tasks))
     return out
 
 
@@ -173,8 +209,11 @@ def plot(report: dict, path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     t = report["throughput"]
-    for offset, kind in ((-0.2, "math"), (0.2, "code")):
-        ax1.bar([w + offset for w in (1, 2)], [t[f"{kind} x{w}"]["per_s"] for w in (1, 2)], 0.4, label=kind)
+    kinds = list(dict.fromkeys(name.split()[0] for name in t))  # math, code, ...: one bar each per worker count
+    width = 0.8 / len(kinds)
+    for i, kind in enumerate(kinds):
+        offset = (i - (len(kinds) - 1) / 2) * width
+        ax1.bar([w + offset for w in (1, 2)], [t[f"{kind} x{w}"]["per_s"] for w in (1, 2)], width, label=kind)
     ax1.set_xticks([1, 2], ["1 worker", "2 workers"])
     ax1.set_ylabel("tasks / s")
     ax1.set_yscale("log")

@@ -32,6 +32,7 @@
 #   AREAL_PROGRAM     module every rank runs (default areal_hpc.launch)
 #   AREAL_STOP_GRACE_S  seconds the run gets to end after the stop before the time limit
 #                     (default 240; then the job is requeued all the same)
+#   AREAL_MAX_RESTARTS  requeues after a crash (default 3, cluster.max_restarts)
 #
 # Resilience: --requeue lets SLURM requeue the job after a node failure or a preemption. 300 s
 # before the time limit SLURM sends SIGUSR1 to this batch shell only (--signal=B:USR1@300), never
@@ -42,7 +43,9 @@
 # AREAL_STOP_GRACE_S later) the shell requeues the job (scontrol requeue), and the next run resumes
 # from the latest complete checkpoint (checkpoint.resume: auto). SLURM holds a requeued job for its
 # credential lifetime (cred_expire, 120 s by default) before starting it again.
-# The output file is appended to across restarts; SLURM_RESTART_COUNT counts them.
+# A crash (the program fails with any status but 2, a refused launch: a rank died, hung or raised)
+# requeues the job too, at most AREAL_MAX_RESTARTS times, counted across requeues in the job's
+# SLURM comment (areal-crashes=N); the next run resumes from the latest complete checkpoint. The output file is appended to across restarts; SLURM_RESTART_COUNT counts them.
 #
 #SBATCH --job-name=code-32b
 #SBATCH --time=3-00:00:00
@@ -172,5 +175,17 @@ fi
 if ((delivered)); then
     echo "areal-hpc: stopped before the time limit (exit $rc): requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
+elif ((rc != 0 && rc != 2)); then
+    crashes=$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'Comment=areal-crashes=[0-9]*' | head -n 1 |
+        cut -d= -f3 || true)
+    crashes=${crashes:-0}
+    max_restarts=${AREAL_MAX_RESTARTS:-3}
+    if ((crashes < max_restarts)); then
+        scontrol update JobId="$SLURM_JOB_ID" Comment="areal-crashes=$((crashes + 1))"
+        echo "areal-hpc: the run failed (exit $rc): requeueing job $SLURM_JOB_ID (crash restart $((crashes + 1)) of $max_restarts)"
+        scontrol requeue "$SLURM_JOB_ID"
+    else
+        echo "areal-hpc: the run failed (exit $rc) after $crashes crash restarts (AREAL_MAX_RESTARTS = $max_restarts): not requeued"
+    fi
 fi
 exit "$rc"

@@ -199,19 +199,30 @@ class CodeSandboxConfig:
 class RewardConfig:
     """The reward service run beside each generator."""
 
-    # "math" (final-answer verification) or "code" (test execution in a sandbox).
+    # "math" (final-answer verification), "code" (test execution in a sandbox) or "custom" (the
+    # user's `function`). The kind of every prompt whose data_source is not in `by_source`.
     kind: str = "math"
+    # The kind of each data source (a row's `data_source` field), so one run mixes math, code and
+    # custom prompts, e.g. {openai/gsm8k: math, livecodebench: code, my/source: custom}.
+    by_source: dict[str, str] = field(default_factory=dict)
+    # The custom reward function: "package.module:function" (importable from PYTHONPATH) or
+    # "path/to/file.py:function" (relative to the launch directory). Called as verl calls it,
+    # function(data_source, solution_str, ground_truth, extra_info), in the reward workers with
+    # `timeout_s`; it returns the reward as a number or a dict with a "score" (other numeric keys
+    # are averaged per batch as reward/<key>). Imported and called once at launch.
+    function: str | None = None
     # Math: where an answer is looked for when a response has no \boxed{...}, in order:
     # "answer_phrase" (the last "answer is X" / "Answer: X") and "last_number" (the last number in
     # the text: rewards lucky truncations and guesses, so only for models that cannot box). [] for
     # boxed answers only (the paper's experiments).
     math_fallbacks: list[str] = field(default_factory=lambda: ["answer_phrase"])
-    # Reward of a correct and of a wrong answer (paper: +5 / -5).
+    # Reward of a correct and of a wrong answer (paper: +5 / -5). A custom function's score is the
+    # reward as is, and a call that fails scores `wrong`; accuracy counts rewards >= `correct`.
     correct: float = 5.0
     wrong: float = -5.0
     # Worker processes per generator.
     workers: int = 2
-    # Seconds allowed for one verification before it counts as wrong.
+    # Seconds allowed for one math verification or custom function call before it counts as wrong.
     timeout_s: float = 10.0
     # Tasks waiting for a free worker; score() waits while this many are queued (backpressure).
     max_pending: int = 256
@@ -235,16 +246,53 @@ class CheckpointConfig:
 
 
 @dataclass
+class WandbConfig:
+    """Weights & Biases tracking from rank 0: every metrics.jsonl record and the resolved config.
+    The run id is kept in <logging.dir>/wandb_run_id, so a resumed or requeued run continues it."""
+
+    # "disabled" (the default: wandb is not even imported), "offline" (files under
+    # <logging.dir>/wandb or $WANDB_DIR, uploaded later with `wandb sync`) or "online" (after
+    # `wandb login`, or with WANDB_API_KEY set).
+    mode: str = "disabled"
+    # The wandb project; required unless disabled.
+    project: str | None = None
+    # Display name of the run; defaults to the experiment's `name`.
+    name: str | None = None
+
+
+@dataclass
 class LoggingConfig:
     """Where metrics and logs go."""
 
     # Run directory for metrics, plots and (by default) checkpoints.
     dir: str = "runs/default"
     tensorboard: bool = True
+    # Weights & Biases tracking (off by default).
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     # Show a progress bar and a live one-line summary on rank 0.
     progress: bool = True
     # Python log level of every rank.
     level: str = "INFO"
+
+
+@dataclass
+class WatchdogConfig:
+    """Deadlines on what can hang after start-up (controller/watchdog.py). Each `*_s` is seconds,
+    or 0 for automatic: `factor` times the longest completed one so far, at least `min_s`, and
+    `first_s` before any completed. A trainer past its deadline ends the job naming what it was
+    doing; so does a generator (a lost generator cannot be replaced yet)."""
+
+    # A training step, from the batch's dispatch to StepDone.
+    train_step_s: float = 0.0
+    # One generator loading a new version, from UpdateWeights to its WeightsLoaded.
+    weight_update_s: float = 0.0
+    # The trainer's part of a checkpoint.
+    checkpoint_s: float = 0.0
+    # A generator with prompts in flight sending no sample.
+    generation_s: float = 0.0
+    factor: float = 5.0
+    min_s: float = 300.0
+    first_s: float = 3600.0
 
 
 @dataclass
@@ -262,6 +310,9 @@ class ClusterConfig:
     time_limit: str = "24:00:00"
     # srun's MPI plugin: "pmix" on most clusters, "pmi2" on the local test cluster.
     mpi: str = "pmix"
+    # Times the batch script requeues the job after a crash (any failure but a refused launch),
+    # counted across requeues; the time-limit stop's requeues do not count.
+    max_restarts: int = 3
 
 
 @dataclass
@@ -291,6 +342,7 @@ class ExperimentConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     # Only used when `device` is cuda or for SLURM rendering; the CPU profile ignores GPU counts.
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 

@@ -5,9 +5,15 @@ Pure except for the optional file-existence checks. Each problem is one line nam
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from areal_hpc.config.schema import ExperimentConfig
+
+# What scores a prompt: reward.kind and every value of reward.by_source.
+REWARD_KINDS = ("math", "code", "custom")
+# reward.function: "module:function" or "path/to/file.py:function" (the loader checks it too).
+FUNCTION_FORM = re.compile(r"[^:]+:[A-Za-z_][A-Za-z0-9_]*")
 
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
@@ -16,9 +22,10 @@ CHOICES = {
     "generator.dtype": ("fp32", "bf16", "fp16"),
     "ppo.adv_norm": ("global", "group", "grpo", "none"),
     "rollout.staleness_gate": ("strict", "admission"),
-    "reward.kind": ("math", "code"),
+    "reward.kind": REWARD_KINDS,
     "reward.code.backend": ("auto", "bwrap", "unshare", "rlimits"),
     "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
+    "logging.wandb.mode": ("disabled", "offline", "online"),
     "cluster.mpi": ("pmix", "pmi2", "none"),
 }
 
@@ -91,9 +98,17 @@ RANGES = [
     ("reward.code.max_output_bytes", lambda v: v >= 1, ">= 1"),
     ("checkpoint.interval_steps", lambda v: v >= 0, ">= 0"),
     ("checkpoint.keep_last", lambda v: v >= 1, ">= 1"),
+    ("watchdog.train_step_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
+    ("watchdog.weight_update_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
+    ("watchdog.checkpoint_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
+    ("watchdog.generation_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
+    ("watchdog.factor", lambda v: v >= 1, ">= 1"),
+    ("watchdog.min_s", lambda v: v > 0, "> 0"),
+    ("watchdog.first_s", lambda v: v > 0, "> 0"),
     ("cluster.gpus_per_node", lambda v: v >= 1, ">= 1"),
     ("cluster.train_nodes", lambda v: v >= 1, ">= 1"),
     ("cluster.rollout_nodes", lambda v: v >= 1, ">= 1"),
+    ("cluster.max_restarts", lambda v: v >= 0, ">= 0"),
 ]
 
 
@@ -119,6 +134,26 @@ def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
         if bad or len(set(value)) != len(value):
             problems.append(f"{key} = {list(value)!r}: must list distinct items of {', '.join(allowed)}")
     return problems
+
+
+def _reward(cfg: ExperimentConfig) -> list[str]:
+    r = cfg.reward
+    problems = [f"reward.by_source.{source} = {kind!r}: must be one of {', '.join(REWARD_KINDS)}"
+                for source, kind in r.by_source.items() if kind not in REWARD_KINDS]
+    if r.function is None:
+        if "custom" in (r.kind, *r.by_source.values()):
+            problems.append("reward.function: must be set (module:function or path/to/file.py:function)"
+                            " when reward.kind or a reward.by_source value is custom")
+    elif not FUNCTION_FORM.fullmatch(r.function):
+        problems.append(f"reward.function = {r.function!r}: must be module:function or path/to/file.py:function")
+    return problems
+
+
+def _wandb(cfg: ExperimentConfig) -> list[str]:
+    w = cfg.logging.wandb
+    if w.mode != "disabled" and not w.project:
+        return [f"logging.wandb.project: must be set when logging.wandb.mode = {w.mode!r}"]
+    return []
 
 
 def trainer_layout_problems(cfg: ExperimentConfig) -> list[str]:
@@ -232,6 +267,8 @@ def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:
         problems += _model_and_parallel(cfg)
         if cfg.device != "cpu":
             problems += cluster_problems(cfg)
+    problems += _reward(cfg)
+    problems += _wandb(cfg)
     if check_files:
         problems += _files(cfg)
     return problems

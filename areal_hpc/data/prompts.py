@@ -1,7 +1,9 @@
 """Prompt data sets: JSON lines, JSON arrays and Parquet files with a prompt and an answer field.
 
-This is the format of AReaL's and DeepScaleR's math data. Rows are checked when loaded, so a bad
-file fails before any process starts, with the row (line) number of the first bad row.
+This is the format of AReaL's and DeepScaleR's math data. A row may also carry verl's
+`data_source` (which reward scores it: reward.by_source) and `extra_info` (an object passed to a
+custom reward function). Rows are checked when loaded, so a bad file fails before any process
+starts, with the row (line) number of the first bad row.
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ from areal_hpc.config.schema import DataConfig
 from areal_hpc.data.arithmetic import Problem, make_splits
 from areal_hpc.errors import UserError
 
+# Optional fields of a row, by their verl names.
+SOURCE_KEY = "data_source"
+EXTRA_KEY = "extra_info"
+
 
 @dataclass(frozen=True)
 class PromptRow:
     prompt: str
     answer: str
+    data_source: str | None = None
+    extra_info: dict | None = None
 
 
 class DataError(UserError):
@@ -36,7 +44,12 @@ def parse_row(row: object, prompt_key: str, answer_key: str, where: str) -> Prom
         raise DataError(f"{where}: field '{prompt_key}' must be a non-empty string, got {prompt!r:.80}")
     if not isinstance(answer, str | int | float):
         raise DataError(f"{where}: field '{answer_key}' must be a string or a number, got {answer!r:.80}")
-    return PromptRow(prompt, str(answer))
+    source, extra = row.get(SOURCE_KEY), row.get(EXTRA_KEY)
+    if source is not None and (not isinstance(source, str) or not source):
+        raise DataError(f"{where}: field '{SOURCE_KEY}' must be a non-empty string, got {source!r:.80}")
+    if extra is not None and not isinstance(extra, dict):
+        raise DataError(f"{where}: field '{EXTRA_KEY}' must be an object, got {extra!r:.80}")
+    return PromptRow(prompt, str(answer), source, extra)
 
 
 def _jsonl(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
@@ -73,9 +86,10 @@ def _parquet(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
     for key in (prompt_key, answer_key):
         if key not in table.column_names:
             raise DataError(f"{path}: no column '{key}' (columns: {', '.join(table.column_names)})")
+    columns = [prompt_key, answer_key] + [key for key in (SOURCE_KEY, EXTRA_KEY) if key in table.column_names]
     return [
         parse_row(row, prompt_key, answer_key, f"{path}: row {n}")
-        for n, row in enumerate(table.select([prompt_key, answer_key]).to_pylist(), 1)
+        for n, row in enumerate(table.select(columns).to_pylist(), 1)
     ]
 
 

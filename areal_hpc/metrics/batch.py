@@ -1,4 +1,5 @@
-"""What one trained batch says about the run: reward, accuracy, staleness, lengths, tokens."""
+"""What one trained batch says about the run: reward, accuracy, staleness, lengths, tokens, and
+per data source (mixed data) and per custom reward metric when the batch has them."""
 
 from __future__ import annotations
 
@@ -30,7 +31,35 @@ def batch_stats(trajectories: Sequence[Trajectory], version: int, correct_reward
         "staleness_mean": sum(s * c for s, c in hist.items()) / n,
     }
     stats.update({f"staleness_hist/{s}": float(c) for s, c in hist.items()})
+    stats.update(source_stats(trajectories, correct_reward))
+    stats.update(reward_metric_means(trajectories))
     return stats
+
+
+def source_stats(trajectories: Sequence[Trajectory], correct_reward: float,
+                 prefix: str = "source/") -> dict[str, float]:
+    """`<prefix><data_source>/reward_mean` and `.../accuracy` of each data source present (a mixed
+    run's overall mean hides which data set improves); trajectories without a source count only
+    in the overall keys."""
+    rewards: dict[str, list[float]] = {}
+    for t in trajectories:
+        if t.data_source is not None:
+            rewards.setdefault(t.data_source, []).append(t.reward)
+    stats = {}
+    for source, values in sorted(rewards.items()):
+        stats[f"{prefix}{source}/reward_mean"] = sum(values) / len(values)
+        stats[f"{prefix}{source}/accuracy"] = sum(v >= correct_reward for v in values) / len(values)
+    return stats
+
+
+def reward_metric_means(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """`reward/<key>`: the mean of each metric a custom reward function returned beside its score,
+    over the trajectories that have it."""
+    values: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in t.reward_metrics.items():
+            values.setdefault(key, []).append(value)
+    return {f"reward/{key}": sum(v) / len(v) for key, v in sorted(values.items())}
 
 
 def accuracy(trajectories: Sequence[Trajectory], correct_reward: float) -> float:

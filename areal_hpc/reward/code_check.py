@@ -2,7 +2,9 @@
 
 The reward is +correct only when every test case passes. By default the run stops at the first
 failing case (the reward is already decided); `stop_early=False` runs them all, so `passed`
-counts every passing case, which is what a user debugging a reward wants.
+counts every passing case, which is what a user debugging a reward wants. A case of an
+assert-style suite (HumanEval, MBPP) is one assert, or a whole HumanEval check (code_tests.py);
+a failed assert is a wrong answer, named by its line.
 """
 
 from __future__ import annotations
@@ -23,8 +25,18 @@ def _last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def judge_case(case: CaseRun, expected: object, is_call: bool, per_test_timeout_s: float) -> str | None:
-    """Why a case failed, or None if it passed."""
+def _failed_assert(output: str) -> str | None:
+    """The reason of an assert of the test that failed, from the harness's record of it."""
+    try:
+        record = json.loads(output)
+        line, message = str(record["assert"]), str(record["message"])
+    except (json.JSONDecodeError, TypeError, KeyError):
+        return None
+    return f"wrong answer: {shorten(line)}" + (f" ({shorten(message)})" if message else "")
+
+
+def judge_case(case: CaseRun, expected: object, kind: str, per_test_timeout_s: float) -> str | None:
+    """Why a case of a `kind` suite (TestSuite.kind) failed, or None if it passed."""
     if case.timed_out:
         return f"time limit of {per_test_timeout_s:g} s exceeded"
     if case.truncated or case.signal == signal.SIGXFSZ:
@@ -34,11 +46,16 @@ def judge_case(case: CaseRun, expected: object, is_call: bool, per_test_timeout_
     if case.signal is not None:
         return f"killed by {signal.Signals(case.signal).name}"
     if case.exit != 0:
+        failed = _failed_assert(case.output) if kind == "assert" else None
+        if failed is not None:
+            return failed
         detail = _last_line(case.stderr)
         return f"runtime error: {shorten(detail)}" if detail else f"exit status {case.exit}"
     if case.strays:
         return "left processes running after it exited"
-    if is_call:
+    if kind == "assert":
+        return None if case.finished else "the program exited before its tests ran to the end"
+    if kind == "call":
         try:
             value = json.loads(case.output)
         except json.JSONDecodeError:
@@ -60,7 +77,7 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
     failures: list[str] = []
 
     def keep_going(case: CaseRun) -> bool:
-        why = judge_case(case, suite.cases[case.index].expected, suite.is_call, config.code.per_test_timeout_s)
+        why = judge_case(case, suite.cases[case.index].expected, suite.kind, config.code.per_test_timeout_s)
         if why is not None:
             failures.append(f"test {case.index + 1}/{total}: {why}")
         return why is None or not stop_early

@@ -1,4 +1,5 @@
-"""`areal-hpc reward math|code`: score one answer or one program and print the JSON verdict.
+"""`areal-hpc reward math|code|custom`: score one answer, program or response and print the JSON
+verdict.
 
 For users debugging a reward: the same checks the pool's workers run, in this process, with the
 limits of the default (or a given) experiment config. `code` runs every test case rather than
@@ -8,6 +9,7 @@ stopping at the first failure, so `passed` counts them all.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,9 +18,10 @@ from areal_hpc.config.schema import RewardConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_check import check_code
 from areal_hpc.reward.code_tests import load_tests
+from areal_hpc.reward.custom import check_custom, load_function
 from areal_hpc.reward.math_check import check_math
 from areal_hpc.reward.sandbox import Sandbox
-from areal_hpc.reward.task import CodeTask, MathTask, Verdict
+from areal_hpc.reward.task import CodeTask, CustomTask, MathTask, Verdict
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,9 +35,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     code = cmds.add_parser("code", help="run a program against test cases in the sandbox")
     code.add_argument("--program", required=True, help="Python file, or a response with a fenced block")
     code.add_argument("--tests", required=True,
-                      help="JSON tests file: {inputs, outputs[, fn_name]} as in APPS/TACO/LiveCodeBench")
+                      help="JSON tests file: {inputs, outputs[, fn_name]} as in APPS/TACO/LiveCodeBench, "
+                           "HumanEval's {test, entry_point} or MBPP's {test_list[, test_setup_code]}")
     code.set_defaults(func=_code)
-    for cmd in (math, code):
+    custom = cmds.add_parser("custom", help="call a custom reward function as the reward workers do")
+    custom.add_argument("--function", required=True, help="module:function or path/to/file.py:function")
+    custom.add_argument("--response", required=True, help="the model response (solution_str)")
+    custom.add_argument("--ground-truth", required=True, help="the row's answer (ground_truth)")
+    custom.add_argument("--data-source", help="the row's data_source (default: none)")
+    custom.set_defaults(func=_custom)
+    for cmd in (math, code, custom):
         cmd.add_argument("--config", help="experiment config whose `reward` section to use (default: built-in)")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="dotted override, e.g. --set reward.code.per_test_timeout_s=2 (repeatable)")
@@ -67,3 +77,8 @@ def _code(args: argparse.Namespace) -> int:
     verdict = check_code(CodeTask(program, tests), config, Sandbox.detect(config.code), stop_early=False)
     return _print(verdict)
 
+
+def _custom(args: argparse.Namespace) -> int:
+    config = dataclasses.replace(_reward_config(args), function=args.function)
+    task = CustomTask(args.response, args.data_source, args.ground_truth)
+    return _print(check_custom(task, load_function(args.function), config))

@@ -21,7 +21,7 @@ from contextlib import suppress
 
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.reward.sandbox import SandboxUnavailable
-from areal_hpc.reward.task import MathTask, Task, Verdict, failure, task_to_json
+from areal_hpc.reward.task import CustomTask, MathTask, Task, Verdict, failure, task_to_json
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class _Worker:
 
 
 class RewardPool:
-    """Worker processes scoring math and code tasks for one generator."""
+    """Worker processes scoring math, code and custom-function tasks for one generator."""
 
     def __init__(self, config: RewardConfig, grace_s: float = GRACE_S) -> None:
         self.config = config
@@ -124,7 +124,8 @@ class RewardPool:
         self._drivers: list[asyncio.Task] = []
 
     async def start(self) -> RewardPool:
-        """Start every worker; raises SandboxUnavailable if code scoring cannot run here."""
+        """Start every worker; raises SandboxUnavailable if code scoring cannot run here (or the
+        custom reward function does not import here: the worker's message says which)."""
         started = await asyncio.gather(*(_Worker.start(self.config) for _ in self._workers),
                                        return_exceptions=True)
         failure = next((s for s in started if isinstance(s, BaseException)), None)
@@ -170,7 +171,8 @@ class RewardPool:
         self._workers = [None] * len(self._workers)
 
     def _limit_s(self, task: Task) -> float:
-        own = self.config.timeout_s if isinstance(task, MathTask) else self.config.code.total_timeout_s
+        code = not isinstance(task, MathTask | CustomTask)
+        own = self.config.code.total_timeout_s if code else self.config.timeout_s
         return own + self.grace_s
 
     def _failure(self, task: Task, reason: str) -> Verdict:

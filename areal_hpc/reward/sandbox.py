@@ -39,6 +39,7 @@ import ctypes
 import logging
 import marshal
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -94,10 +95,13 @@ class CaseRun:
     # Processes of the case were still running after its main process exited.
     strays: bool
     truncated: bool
-    # Standard output, or the JSON of the return value for call tests.
+    # Standard output, the JSON of the return value for call tests, or for assert tests the JSON
+    # of a failed assert (see harness.py).
     output: str
     # The last bytes of standard error.
     stderr: str
+    # Assert tests: the test code ran to its end (the child wrote this run's mark); False otherwise.
+    finished: bool
 
 
 @dataclass
@@ -223,8 +227,11 @@ class Sandbox:
             keep_going: Callable[[CaseRun], bool] | None = None) -> RunResult:
         """Run every case (stopping early when keep_going returns False) within the total time limit."""
         lim = self.limits
+        mark = secrets.token_hex(16)
         request = marshal.dumps({
             "program": program,
+            "mode": suite.kind,
+            "mark": mark,
             "fn_name": suite.fn_name,
             "inputs": [c.input for c in suite.cases],
             "per_test_timeout_s": lim.per_test_timeout_s,
@@ -251,14 +258,14 @@ class Sandbox:
             except OSError as e:
                 return RunResult([], f"the sandbox could not start: {e}")
             try:
-                return self._communicate(proc, request, len(suite.cases), keep_going)
+                return self._communicate(proc, request, len(suite.cases), mark, keep_going)
             finally:
                 self._kill(proc, before)
         finally:
             if host_dir:
                 _remove_tree(host_dir)
 
-    def _communicate(self, proc: subprocess.Popen, request: bytes, total: int,
+    def _communicate(self, proc: subprocess.Popen, request: bytes, total: int, mark: str,
                      keep_going: Callable[[CaseRun], bool] | None) -> RunResult:
         lim = self.limits
         out_cap = total * (4 * (lim.max_output_bytes + 1) + LINE_OVERHEAD)
@@ -301,7 +308,7 @@ class Sandbox:
                         while b"\n" in lines:
                             line, _, rest = bytes(lines).partition(b"\n")
                             lines = bytearray(rest)
-                            if self._take(line, result, keep_going) or len(result.cases) == total:
+                            if self._take(line, result, mark, keep_going) or len(result.cases) == total:
                                 return result  # without waiting for the sandbox to wind down
         if len(result.cases) < total and result.error is None:
             with suppress(subprocess.TimeoutExpired):
@@ -312,15 +319,16 @@ class Sandbox:
         return result
 
     @staticmethod
-    def _take(line: bytes, result: RunResult, keep_going: Callable[[CaseRun], bool] | None) -> bool:
+    def _take(line: bytes, result: RunResult, mark: str, keep_going: Callable[[CaseRun], bool] | None) -> bool:
         """Record one harness line; True when the run should end here."""
         try:
             obj = ast.literal_eval(line.decode())
             if "error" in obj:
                 result.error = str(obj["error"])
                 return True
+            output = str(obj["output"])
             case = CaseRun(int(obj["i"]), obj["exit"], obj["signal"], bool(obj["timed_out"]), bool(obj["strays"]),
-                           bool(obj["truncated"]), str(obj["output"]), str(obj["stderr"]))
+                           bool(obj["truncated"]), output, str(obj["stderr"]), output == mark)
         except (ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
             result.error = "the harness wrote a malformed result line"
             return True

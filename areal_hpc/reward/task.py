@@ -6,8 +6,9 @@ plain JSON object.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from areal_hpc.config.schema import RewardConfig
 from areal_hpc.reward.code_tests import TestSuite
 
 
@@ -27,7 +28,18 @@ class CodeTask:
     tests: TestSuite
 
 
-Task = MathTask | CodeTask
+@dataclass(frozen=True)
+class CustomTask:
+    """The arguments of one call of the user's reward function (reward.function), as verl passes them."""
+
+    response: str
+    data_source: str | None
+    ground_truth: str
+    # The row's extra_info, or {} (verl's functions expect a dict).
+    extra_info: dict = field(default_factory=dict)
+
+
+Task = MathTask | CodeTask | CustomTask
 
 
 @dataclass(frozen=True)
@@ -50,26 +62,54 @@ class CodeReference:
         return CodeTask(response, self.tests)
 
 
+@dataclass(frozen=True)
+class CustomReference:
+    """A prompt scored by the user's reward function: what the function gets besides the response."""
+
+    data_source: str | None
+    ground_truth: str
+    extra_info: dict = field(default_factory=dict)
+
+    def task(self, response: str) -> CustomTask:
+        return CustomTask(response, self.data_source, self.ground_truth, self.extra_info)
+
+
 # What a generator needs to score any response to one prompt; built at preflight, sent with the
 # prompt's GenerateRequest.
-Reference = MathReference | CodeReference
+Reference = MathReference | CodeReference | CustomReference
+
+
+def kind_of(data_source: str | None, reward: RewardConfig) -> str:
+    """Which reward scores a prompt: its data source's entry in reward.by_source, else reward.kind."""
+    return reward.by_source.get(data_source, reward.kind) if data_source is not None else reward.kind
+
+
+def kinds_in_use(reward: RewardConfig) -> set[str]:
+    """Every kind some prompt may be scored by (what the reward workers must be ready for)."""
+    return {reward.kind, *reward.by_source.values()}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The reward of one task. `passed`/`total` count test cases (1/1 or 0/1 for math)."""
+    """The reward of one task. `passed`/`total` count test cases (1/1 or 0/1 for math and custom);
+    `metrics` are the other numeric values a custom function returned."""
 
     reward: float
     passed: int
     total: int
     reason: str
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        obj = asdict(self)
+        if not self.metrics:
+            del obj["metrics"]
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict) -> Verdict:
-        return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]))
+        metrics = {str(k): float(v) for k, v in obj.get("metrics", {}).items()}
+        return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]), metrics)
 
 
 def failure(task: Task | None, reward: float, reason: str) -> Verdict:
@@ -81,10 +121,14 @@ def failure(task: Task | None, reward: float, reason: str) -> Verdict:
 def task_to_json(task: Task) -> dict:
     if isinstance(task, MathTask):
         return {"kind": "math", "response": task.response, "reference": task.reference}
+    if isinstance(task, CustomTask):
+        return {"kind": "custom", **asdict(task)}
     return {"kind": "code", "response": task.response, "tests": task.tests.to_json()}
 
 
 def task_from_json(obj: dict) -> Task:
     if obj["kind"] == "math":
         return MathTask(obj["response"], obj["reference"])
+    if obj["kind"] == "custom":
+        return CustomTask(obj["response"], obj["data_source"], obj["ground_truth"], obj["extra_info"])
     return CodeTask(obj["response"], TestSuite.from_json(obj["tests"]))

@@ -19,9 +19,10 @@ from typing import TextIO
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.custom import RewardFunction, check_custom, load_function
 from areal_hpc.reward.math_check import check_math
 from areal_hpc.reward.sandbox import Sandbox
-from areal_hpc.reward.task import MathTask, Task, Verdict, failure, task_from_json
+from areal_hpc.reward.task import CustomTask, MathTask, Task, Verdict, failure, kinds_in_use, task_from_json
 
 log = logging.getLogger("areal_hpc.reward.worker")
 PR_SET_PDEATHSIG = 1
@@ -33,11 +34,13 @@ def config_from_json(obj: dict) -> RewardConfig:
 
 
 class Scorer:
-    """Scores tasks in this process; the sandbox is found on first use (or by prepare())."""
+    """Scores tasks in this process; the sandbox is found and the custom function imported on
+    first use (or by prepare())."""
 
     def __init__(self, config: RewardConfig) -> None:
         self.config = config
         self._sandbox: Sandbox | None = None
+        self._function: RewardFunction | None = None
 
     @property
     def sandbox(self) -> Sandbox:
@@ -45,18 +48,28 @@ class Scorer:
             self._sandbox = Sandbox.detect(self.config.code)
         return self._sandbox
 
+    @property
+    def function(self) -> RewardFunction:
+        if self._function is None:
+            self._function = load_function(str(self.config.function))
+        return self._function
+
     def prepare(self) -> str:
         """Warm up before serving: math-verify builds its LaTeX parser on first use (about a second),
-        which must not count against a task's time limit; find the sandbox when the service
-        scores code, so a missing one fails at start."""
+        and the custom function's module may import much: neither must count against a task's
+        time limit. Find the sandbox when the service scores code, so a missing one fails at start."""
         check_math(MathTask("\\boxed{\\frac{1}{2}}", "0.5"), self.config)
-        if self.config.kind == "code":
-            return self.sandbox.describe()
-        return "math"
+        kinds = kinds_in_use(self.config)
+        ready = [self.sandbox.describe()] if "code" in kinds else ["math"]
+        if "custom" in kinds:  # imported now, not under the first task's time limit
+            ready.append(f"custom {self.config.function} (module {self.function.__module__})")
+        return ", ".join(ready)
 
     def score(self, task: Task) -> Verdict:
         if isinstance(task, MathTask):
             return check_math(task, self.config)
+        if isinstance(task, CustomTask):
+            return check_custom(task, self.function, self.config)
         return check_code(task, self.config, self.sandbox)
 
 

@@ -282,6 +282,7 @@ class Generator:
                 versions=np.concatenate(versions),
                 finish_reason=finish,
                 generate_s=time.monotonic() - submitted,
+                data_source=request.data_source,
             )
             self._done.put_nowait(trajectory)
         except Exception as e:  # one sample fails alone; the caller learns why from finished()

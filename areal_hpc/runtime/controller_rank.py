@@ -36,8 +36,9 @@ from areal_hpc.controller.scheduler import (
     Train,
     WeightsVerified,
 )
+from areal_hpc.controller.watchdog import CHECKPOINT, GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Watchdog
 from areal_hpc.metrics import report
-from areal_hpc.metrics.batch import accuracy, batch_stats
+from areal_hpc.metrics.batch import accuracy, batch_stats, source_stats
 from areal_hpc.metrics.clock import BusyClock
 from areal_hpc.metrics.jsonl import read_records, rewrite_records
 from areal_hpc.metrics.progress import Progress
@@ -70,6 +71,9 @@ LEDGER_FILE = "ledger.jsonl"
 WEIGHTS_FILE = "weights.jsonl"
 # Seconds rank 0 watches the lifelines after a worker reports an error, for a dead peer behind it.
 DEAD_PEER_GRACE_S = 1.0
+# Seconds between two looks at the watchdog's deadlines.
+WATCHDOG_EVERY_S = 1.0
+TRAINER = "the trainer"
 
 
 def policy_of(cfg: ExperimentConfig) -> Policy:
@@ -108,7 +112,8 @@ class Controller:
                                cfg.data.shuffle, state)
         self.total = cfg.total_steps
         self._truncate_logs()
-        self.metrics = MetricsWriter(self.run_dir, cfg.logging.tensorboard, resume_step=self.sched.version)
+        self.metrics = MetricsWriter(self.run_dir, cfg.logging.tensorboard, resume_step=self.sched.version,
+                                     experiment=cfg)
         self.progress = Progress(self.total, self.sched.version, cfg.logging.progress)
         self.step: StepTiming | None = None
         self.sync_started: dict[int, float] = {}  # version -> when its update was asked for
@@ -122,6 +127,8 @@ class Controller:
         self.last_step_at = self.now
         self.trainer_clock = BusyClock(self.now)
         self.gen_clocks = {g: BusyClock(self.now) for g in self.generators}
+        self.watchdog = Watchdog(cfg.watchdog)
+        self.watched_at = self.now
 
     @property
     def version(self) -> int:
@@ -172,6 +179,11 @@ class Controller:
         commands = self.sched.poll()
         self._execute(commands)
         self._update_clocks()
+        if self.now - self.watched_at >= WATCHDOG_EVERY_S:
+            self.watched_at = self.now
+            late = self.watchdog.overdue(self.now)
+            if late:
+                abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
         return worked or bool(commands)
 
     def _on_signal(self, signum: int, _frame) -> None:
@@ -249,7 +261,9 @@ class Controller:
                 self.step_gen_tokens += len(msg.output_ids)
                 self.counters["generated_tokens"] += len(msg.output_ids)
             self._execute(self.sched.on_trajectory(msg))
+            self._watch_generation(src)
         elif isinstance(msg, StepDone):
+            self.watchdog.finish(TRAIN_STEP, TRAINER, self.now)
             commands = self.sched.on_step_done(msg.version)
             self._record_step(msg)
             self._execute(commands)
@@ -257,7 +271,9 @@ class Controller:
             self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums))
         elif isinstance(msg, WeightsLoaded):
             self.sync_seconds[(msg.generator_rank, msg.version)] = msg.seconds
+            self.watchdog.finish(WEIGHT_UPDATE, self._name(msg.generator_rank), self.now)
             self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, msg.checksums))
+            self._watch_generation(msg.generator_rank)
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint_saved(msg)
         elif isinstance(msg, WorkerFailed):
@@ -265,14 +281,31 @@ class Controller:
         else:
             raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
 
+    def _name(self, rank: int) -> str:
+        role, index = role_of(self.cfg, rank)
+        return f"rank {rank} ({role} {index})"
+
+    def _watch_generation(self, generator: int) -> None:
+        """A generator's clock restarts whenever it shows progress, and stops when it has no work."""
+        who = self._name(generator)
+        if self.sched.generators.load[generator] > 0:
+            self.watchdog.progress(GENERATION, who, "its prompts in flight", self.now)
+        else:
+            self.watchdog.finish(GENERATION, who, self.now)
+
     def _execute(self, commands: list[Command]) -> None:
         for c in commands:
             if isinstance(c, Submit):
                 self._submit(c)
+                self.watchdog.start_if_idle(GENERATION, self._name(c.generator), "its prompts in flight", self.now)
             elif isinstance(c, Train):
                 self._dispatch(c)
+                self.watchdog.start(TRAIN_STEP, TRAINER, f"for version {c.version}", self.now)
             elif isinstance(c, SyncWeights):
                 self._update_weights(c.version)
+                for g in self.generators:  # paused for the update: watched as an update, not a generation
+                    self.watchdog.cancel(GENERATION, self._name(g))
+                    self.watchdog.start(WEIGHT_UPDATE, self._name(g), f"version {c.version}", self.now)
             elif isinstance(c, StepFinished):
                 with (self.run_dir / LEDGER_FILE).open("a") as f:
                     f.write(json.dumps({"step": c.version - 1, "prompt_ids": [g.prompt_id for g in c.groups]}) + "\n")
@@ -286,6 +319,7 @@ class Controller:
                 self.last_sync_s = self.now - self.sync_started.pop(c.version)
             elif isinstance(c, Checkpoint):
                 self._checkpoint(c.version)
+                self.watchdog.start(CHECKPOINT, TRAINER, str(self.ckpt_path), self.now)
             elif isinstance(c, EvalFinished):
                 self._on_eval_finished(c)
             else:
@@ -362,6 +396,7 @@ class Controller:
             "eval_accuracy": acc,
             "eval_reward_mean": sum(t.reward for t in ev.results) / n,
             "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
+            **source_stats(ev.results, self.cfg.reward.correct, prefix="eval_source/"),
         }
         self.metrics.write(ev.version, record)
         self._write_eval_samples(ev)
@@ -400,6 +435,7 @@ class Controller:
         if path != self.ckpt_path:
             raise RuntimeError(f"CheckpointSaved for {path}, expected {self.ckpt_path}")
         self.sched.on_checkpoint_saved()
+        self.watchdog.finish(CHECKPOINT, TRAINER, self.now)
         ckpt.mark_complete(path)
         ckpt.prune(path.parent, self.cfg.checkpoint.keep_last)
         self.ckpt_path = None

@@ -20,7 +20,9 @@ from areal_hpc.controller.checkpoint import resume_from
 from areal_hpc.data.prompts import DataError, PromptRow, train_and_eval_prompts
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_tests import TestFormatError, parse_tests
-from areal_hpc.reward.task import CodeReference, MathReference, Reference
+from areal_hpc.reward.custom import CallFailed, call, load_function
+from areal_hpc.reward.task import CodeReference, CustomReference, MathReference, Reference, kind_of
+from areal_hpc.runtime import run_lock
 from areal_hpc.wire.messages import LaunchPlan
 
 
@@ -71,53 +73,83 @@ SHOWN_PROBLEMS = 5
 PROGRESS_REFERENCES = 5000
 
 
-def _refuse(rows: list[PromptRow], bad: list[str], problem: str, what: str) -> DataError:
+# Rows with their 1-based row numbers in the file (the numbers errors name).
+Numbered = list[tuple[int, PromptRow]]
+
+
+def _refuse(total: int, bad: list[str], problem: str, what: str) -> DataError:
     more = f"; and {len(bad) - SHOWN_PROBLEMS} more rows" if len(bad) > SHOWN_PROBLEMS else ""
-    return DataError(f"{what}: {len(bad)} of {len(rows)} rows have {problem}: " + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
+    return DataError(f"{what}: {len(bad)} of {total} rows have {problem}: " + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
 
 
 def references(rows: list[PromptRow], reward: RewardConfig, what: str) -> list[Reference]:
     """Every row's reward reference, built once for the whole run: generators score each sample
-    with it as it comes. A reference that would score every response wrong, silently, for the
-    whole run (code tests that do not parse, a math answer math-verify finds no expression in)
-    refuses the launch now, naming its rows."""
-    if reward.kind == "code":
-        return _code_references(rows, what)
-    _check_math_references(rows, reward.timeout_s, what)
-    return [MathReference(row.answer) for row in rows]
-
-
-def _code_references(rows: list[PromptRow], what: str) -> list[Reference]:
-    refs: list[Reference] = []
-    bad = []
+    with it as it comes. Each row is scored by its data source's kind (reward.by_source, else
+    reward.kind). A reference that would score every response wrong, silently, for the whole run
+    (code tests that do not parse, a math answer math-verify finds no expression in, a custom
+    function that does not import or fails) refuses the launch now, naming its rows."""
+    routed: dict[str, Numbered] = {}
     for n, row in enumerate(rows, 1):
+        routed.setdefault(kind_of(row.data_source, reward), []).append((n, row))
+    refs: dict[int, Reference] = {}
+    for kind, numbered in routed.items():
+        if kind == "code":
+            refs.update(_code_references(numbered, len(rows), what))
+        elif kind == "custom":
+            refs.update(_custom_references(numbered, reward, what))
+        else:
+            _check_math_references(numbered, len(rows), reward.timeout_s, what)
+            refs.update((n, MathReference(row.answer)) for n, row in numbered)
+    return [refs[n] for n in range(1, len(rows) + 1)]
+
+
+def _code_references(numbered: Numbered, total: int, what: str) -> dict[int, Reference]:
+    refs: dict[int, Reference] = {}
+    bad = []
+    for n, row in numbered:
         try:
-            refs.append(CodeReference(parse_tests(row.answer, f"row {n}")))
+            refs[n] = CodeReference(parse_tests(row.answer, f"row {n}"))
         except TestFormatError as e:
             bad.append(str(e))
     if bad:
-        raise _refuse(rows, bad, "unusable tests", what)
+        raise _refuse(total, bad, "unusable tests", what)
     return refs
 
 
-def _check_math_references(rows: list[PromptRow], timeout_s: float, what: str) -> None:
+def _custom_references(numbered: Numbered, reward: RewardConfig, what: str) -> dict[int, Reference]:
+    """The function is imported and called once here, on the first of these rows with its ground
+    truth as the response, so a typo or a function that cannot run fails the launch, not every
+    sample of the run."""
+    fn = load_function(str(reward.function))
+    refs: dict[int, Reference] = {n: CustomReference(row.data_source, row.answer, row.extra_info or {})
+                                  for n, row in numbered}
+    n, row = numbered[0]
+    try:
+        call(fn, refs[n].task(row.answer), reward.timeout_s)
+    except CallFailed as e:
+        raise UserError(f"reward.function = {reward.function!r}: called on row {n} of {what} (data_source"
+                        f" {row.data_source!r}, its ground truth as the response), it {e}") from None
+    return refs
+
+
+def _check_math_references(numbered: Numbered, total: int, timeout_s: float, what: str) -> None:
     """Name the math references that math-verify cannot parse. Each distinct reference is parsed
     once (0.5-3 ms)."""
     from areal_hpc.reward.math_check import reference_problem
 
-    distinct = len({row.answer for row in rows})
+    distinct = len({row.answer for _, row in numbered})
     if distinct >= PROGRESS_REFERENCES:
         print(f"rank 0 (controller): checking {distinct} distinct reference answers of {what}"
               f" (about {distinct * 0.001:.0f} s)", file=sys.stderr, flush=True)
     verdicts: dict[str, str | None] = {}
     bad = []
-    for n, row in enumerate(rows, 1):
+    for n, row in numbered:
         if row.answer not in verdicts:
             verdicts[row.answer] = reference_problem(row.answer, timeout_s)
         if verdicts[row.answer] is not None:
             bad.append(f"row {n}: {verdicts[row.answer]}")
     if bad:
-        raise _refuse(rows, bad, "an unusable reference answer", what)
+        raise _refuse(total, bad, "an unusable reference answer", what)
 
 
 def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
@@ -125,6 +157,7 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     problems = check_world(cfg, world_size)
     if problems:
         raise UserError("; ".join(problems))
+    run_lock.hold(cfg.logging.dir)  # before anything reads or prunes its checkpoints
     train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
     train_what = cfg.data.train_path or "synthetic training prompts"
     held_out_what = cfg.data.eval_path or "synthetic held-out prompts"

@@ -9,6 +9,7 @@ runs `total_steps` steps of AREAL_PROBE_STEP_S seconds under the controller's si
 resilience contract: the step count is checkpointed after every step to
 <logging.dir>/probe-checkpoint.json and resumed from there, and SIGTERM to rank 0 stops every rank
 after the current step. Each run that ends appends one JSON line to <logging.dir>/probe.jsonl.
+AREAL_PROBE_CRASH_AT=N makes the first run abort at step N, as a crash does.
 Exit status 0, or 1 when a check failed.
 """
 
@@ -30,6 +31,8 @@ from areal_hpc.errors import UserError
 from areal_hpc.slurm.hetjob import placements
 
 STEP_SECONDS_ENV = "AREAL_PROBE_STEP_S"
+# Step at which the first run (restart 0) crashes, as a rank that dies mid-run: MPI_Abort.
+CRASH_AT_ENV = "AREAL_PROBE_CRASH_AT"
 
 
 def hostnames(nodelist: str) -> list[str]:
@@ -140,6 +143,9 @@ def run(cfg: ExperimentConfig) -> int:
         if comm.rank == 0:
             _write_step(checkpoint, step)
             print(f"probe: step {step}/{cfg.total_steps}", flush=True)
+            if str(step) == os.environ.get(CRASH_AT_ENV) and record["restart"] == 0:
+                print(f"probe: crashing at step {step} ({CRASH_AT_ENV})", flush=True)
+                comm.Abort(1)
         stop = comm.bcast(request.requested if comm.rank == 0 else None, root=0)
     if comm.rank == 0:
         record.update(end_step=step, stopped="completed" if step == cfg.total_steps else "stop-request")

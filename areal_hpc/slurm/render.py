@@ -83,6 +83,7 @@ def render(cfg: ExperimentConfig, config_path: str, overrides: Sequence[str] = (
         "arithmetic": arithmetic(cfg),
         "script": script_path or "SCRIPT",
         "mpi": cfg.cluster.mpi,
+        "max_restarts": str(cfg.cluster.max_restarts),
         "name": cfg.name,
         "time_limit": cfg.cluster.time_limit,
         "component0": _sbatch_lines(train),

@@ -57,6 +57,8 @@ class GenerateRequest:
     # the wire imports no component package. None only where nothing scores the samples (a bare
     # Generator in tests and benchmarks).
     reference: Any = None
+    # The prompt's data set (its row's data_source), copied onto each of its trajectories.
+    data_source: str | None = None
 
     def __post_init__(self) -> None:
         self.prompt_ids = _vector(self.prompt_ids, _ARRAYS["prompt_ids"], f"request for prompt {self.prompt_id}")
@@ -85,6 +87,10 @@ class Trajectory:
     # Seconds from submission to the last token, and to the reward.
     generate_s: float = 0.0
     reward_s: float = 0.0
+    # The prompt's data set (GenerateRequest.data_source), for per-source batch statistics.
+    data_source: str | None = None
+    # Other numeric values a custom reward function returned with the score.
+    reward_metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"trajectory of prompt {self.prompt_id} sample {self.sample_index}"

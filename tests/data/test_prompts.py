@@ -65,6 +65,30 @@ def test_unknown_suffix_missing_and_empty_files(tmp_path):
         load_prompts(tmp_path / "e.jsonl")
 
 
+def test_data_source_and_extra_info_from_jsonl_and_parquet(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "a?", "answer": "1", "data_source": "openai/gsm8k", "extra_info": {"split": "train"}}\n'
+                 '{"prompt": "b?", "answer": "2", "data_source": null}\n')
+    assert load_prompts(f) == [PromptRow("a?", "1", "openai/gsm8k", {"split": "train"}), PromptRow("b?", "2")]
+    f = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"prompt": ["a?", "b?"], "answer": ["1", "2"], "data_source": ["mine", "livecodebench"],
+                             "extra_info": [{"index": 0}, {"index": 1}]}), f)
+    assert [(r.data_source, r.extra_info) for r in load_prompts(f)] == [("mine", {"index": 0}),
+                                                                         ("livecodebench", {"index": 1})]
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ('"data_source": 3', "line 1: field 'data_source' must be a non-empty string"),
+    ('"data_source": ""', "line 1: field 'data_source' must be a non-empty string"),
+    ('"extra_info": [1]', "line 1: field 'extra_info' must be an object"),
+])
+def test_bad_data_source_or_extra_info_names_the_line(tmp_path, fields, fragment):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "a?", "answer": "1", ' + fields + "}\n")
+    with pytest.raises(DataError, match=fragment):
+        load_prompts(f)
+
+
 def test_synthetic_default_and_file_override(tmp_path):
     data = DataConfig(synthetic_train_size=20, synthetic_eval_size=5)
     train, held_out = train_and_eval_prompts(data, seed=1)

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from areal_hpc.metrics.batch import batch_stats, staleness_histogram
+from areal_hpc.metrics.batch import batch_stats, source_stats, staleness_histogram
 from areal_hpc.metrics.clock import BusyClock
 from areal_hpc.metrics.jsonl import read_records
 from areal_hpc.metrics.progress import Progress, summary_line
@@ -31,6 +31,24 @@ def test_batch_stats():
     assert s["staleness_hist/2"] == 1
     with pytest.raises(ValueError):
         batch_stats([], 0, 5.0)
+    assert not any(k.startswith(("source/", "reward/")) for k in s)  # no sources, no custom metrics
+
+
+def test_batch_stats_per_source_and_custom_metrics():
+    def sample(source: str | None, reward: float, metrics: dict[str, float]) -> Trajectory:
+        t = traj([4, 4, 4], reward)
+        t.data_source, t.reward_metrics = source, metrics
+        return t
+
+    batch = [sample("openai/gsm8k", 5.0, {}), sample("openai/gsm8k", -5.0, {}), sample("mine", 0.75, {"len": 4.0}),
+             sample("mine", 5.0, {"len": 2.0, "acc": 1.0}), sample(None, 5.0, {})]
+    s = batch_stats(batch, version=4, correct_reward=5.0)
+    assert s["source/openai/gsm8k/reward_mean"] == 0.0 and s["source/openai/gsm8k/accuracy"] == 0.5
+    assert s["source/mine/reward_mean"] == pytest.approx(2.875) and s["source/mine/accuracy"] == 0.5
+    assert not any(k.startswith("source/None") for k in s)  # a row without a source is only in the totals
+    assert s["accuracy"] == 0.6
+    assert s["reward/len"] == 3.0 and s["reward/acc"] == 1.0  # each over the samples that report it
+    assert source_stats(batch, 5.0, prefix="eval_source/")["eval_source/mine/accuracy"] == 0.5
 
 
 def test_busy_clock_idle_fraction():

@@ -5,12 +5,16 @@ Each program is real and runs for real. Where the attack itself would produce th
 program must fail with a reason, leave no process behind, and the pool must then serve a normal
 task. What a fallback backend cannot guarantee (see areal_hpc/reward/sandbox.py) skips with that
 reason instead of passing vacuously.
+
+Each program runs twice: against its input/output tests, and through assert-style (MBPP) tests,
+where the assert's call runs the program and checks what it printed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -18,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -31,13 +36,53 @@ ADD = parse_tests({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
 ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 AS_ROOT = os.geteuid() == 0
 
+# The program's source goes above this: solve(stdin) runs it with that standard input, passing what
+# it prints on to the real standard output (so the output limit still applies) and returning it.
+SOLVE = """
+import io, sys
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self):
+        self.kept = ""
+
+    def write(self, text):
+        sys.__stdout__.write(text)
+        self.kept += text[: max(0, 65536 - len(self.kept))]
+        return len(text)
+
+
+def solve(stdin):
+    sys.stdin = io.StringIO(stdin)
+    sys.stdout = tee = _Tee()
+    try:
+        exec(PROGRAM, {"__name__": "__main__"})
+    finally:
+        sys.stdout = sys.__stdout__
+    return tee.kept
+"""
+
+
+def through_asserts(program: str, tests: TestSuite) -> tuple[str, TestSuite]:
+    """The program and its input/output cases as MBPP tests: one assert per case, whose message
+    is what the program printed."""
+    lines = [f"assert (out := solve({c.input!r})).split() == {str(c.expected).split()!r}, out" for c in tests.cases]
+    return f"PROGRAM = {program!r}\n" + SOLVE, parse_tests({"test_list": lines})
+
 
 def _one_case(expected: str) -> TestSuite:
     return parse_tests({"inputs": ["1 2\n"], "outputs": [expected]})
 
 
+class Served(NamedTuple):
+    runner: asyncio.Runner
+    pool: RewardPool
+    # "stdio" (the input/output tests) or "asserts" (through_asserts)
+    shape: str
+
+
 @pytest.fixture(scope="module")
-def served(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
+def pool_of_backend(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
     """One pool per backend for the module, driven from a persistent event loop. The total time
     limit is generous: on the loaded 2-core machine a run can stall for seconds. The small memory
     limit (also bwrap's working-directory size) makes the bombs hit it within a fraction of that."""
@@ -50,16 +95,25 @@ def served(backend: str) -> Iterator[tuple[asyncio.Runner, RewardPool]]:
         runner.close()
 
 
-def contained(served: tuple[asyncio.Runner, RewardPool], program: str, tests: TestSuite = ADD) -> Verdict:
-    """Score a hostile program and check the aftermath; returns its verdict."""
-    runner, pool = served
-    verdict = runner.run(pool.score(CodeTask(program, tests)))
+@pytest.fixture(params=["stdio", "asserts"])
+def served(request: pytest.FixtureRequest, pool_of_backend: tuple[asyncio.Runner, RewardPool]) -> Served:
+    return Served(*pool_of_backend, request.param)
+
+
+def contained(served: Served, program: str, tests: TestSuite = ADD) -> Verdict:
+    """Score a hostile program (in the served shape) and check the aftermath; returns its verdict."""
+    runner, pool, shape = served
+
+    def score(program: str, tests: TestSuite) -> Verdict:
+        task = CodeTask(*through_asserts(program, tests)) if shape == "asserts" else CodeTask(program, tests)
+        return runner.run(pool.score(task))
+
+    verdict = score(program, tests)
     assert verdict.reward == pool.config.wrong and verdict.reason, verdict
     for pid in pool.worker_pids():
         assert pid is not None and psutil.Process(pid).children(recursive=True) == []
     assert sandbox_processes() == []
-    again = runner.run(pool.score(CodeTask(ADD_PROGRAM, ADD)))
-    assert again == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests")
+    assert score(ADD_PROGRAM, ADD) == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests")
     return verdict
 
 
@@ -90,7 +144,7 @@ def test_process_count_limit(served) -> None:
         "print(len(children))\n"
     )
     verdict = contained(served, program, _one_case("200"))
-    got = int(verdict.reason.rsplit("got '", 1)[1].rstrip("'"))
+    got = int(re.findall(r"\d+", verdict.reason)[-1])  # what it printed: the last number of the reason
     assert got < served[1].config.code.max_processes
 
 

@@ -101,3 +101,34 @@ def test_installed_command_line(files) -> None:
                            "--tests", str(files["tests"])], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["passed"] == 3
+
+
+CUSTOM = """
+def score(data_source, solution_str, ground_truth, extra_info=None):
+    if data_source == "broken":
+        raise KeyError(data_source)
+    return {"score": 1.0 if ground_truth in solution_str else 0.0, "chars": len(solution_str)}
+"""
+
+
+def test_custom_command(capsys, tmp_path) -> None:
+    fn = tmp_path / "my_reward.py"
+    fn.write_text(CUSTOM)
+    spec = f"{fn}:score"
+    code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "it is 12",
+                               "--ground-truth", "12", "--data-source", "mine")
+    assert code == 0 and verdict == {"reward": 1.0, "passed": 0, "total": 1, "reason": f"score 1 from {spec}",
+                                     "metrics": {"chars": 8.0}}
+    code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "x", "--ground-truth",
+                               "12", "--data-source", "broken")
+    assert code == 0 and verdict == {"reward": -5.0, "passed": 0, "total": 1,
+                                     "reason": f"custom reward function {spec} raised KeyError: 'broken'"}
+    config = tmp_path / "exp.yaml"
+    config.write_text("device: cpu\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
+    code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "12", "--ground-truth",
+                               "12", "--config", str(config))
+    assert code == 0 and (verdict["reward"], verdict["passed"]) == (1.0, 1)  # correct at reward.correct
+    code, verdict, err = run_cli(capsys, "reward", "custom", "--function", f"{fn}:scores", "--response", "12",
+                                 "--ground-truth", "12")
+    assert code == 2 and verdict is None and err == f"error: reward function '{fn}:scores': {fn} defines no" \
+                                                    " function 'scores'\n"

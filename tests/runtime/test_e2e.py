@@ -140,3 +140,17 @@ def test_an_exception_on_a_worker_is_named_by_rank_0(tmp_path, tiny_model_dir, f
     job = run_job(3, overrides(tmp_path, tiny_model_dir), timeout=420, AREAL_HPC_FAULT=fault)
     assert job.returncode != 0
     assert named in job.output, job.output[-5000:]
+
+
+@pytest.mark.parametrize("fault, setting, named", [
+    ("trainer:0:step:stall", "watchdog.train_step_s=20",
+     "error: hung: the trainer: training step for version 0 has taken"),
+    ("generator:0:request:stall", "watchdog.generation_s=20",
+     "error: hung: rank 2 (generator 0): generating (no sample came back) for its prompts in flight"),
+])
+def test_a_hung_rank_is_named_within_its_deadline(tmp_path, tiny_model_dir, fault, setting, named):
+    """A rank that stops without dying is seen by the watchdog, not left to the job's time limit."""
+    job = run_job(3, [*overrides(tmp_path, tiny_model_dir), setting], timeout=420, AREAL_HPC_FAULT=fault)
+    assert job.returncode != 0
+    assert named in job.output, job.output[-5000:]
+    assert "past its deadline of 20 s" in job.output

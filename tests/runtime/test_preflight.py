@@ -8,8 +8,9 @@ import pytest
 
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.data.prompts import DataError, PromptRow
+from areal_hpc.errors import UserError
 from areal_hpc.reward.code_tests import TestSuite
-from areal_hpc.reward.task import CodeReference, MathReference
+from areal_hpc.reward.task import CodeReference, CustomReference, MathReference
 from areal_hpc.runtime.preflight import references
 
 ADD = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})
@@ -30,3 +31,54 @@ def test_a_bad_code_test_row_is_refused_naming_the_file_and_row():
 
 def test_math_rows_keep_their_answer():
     assert references([PromptRow("1+1?", "2")], RewardConfig(), "d.jsonl") == [MathReference("2")]
+
+
+SCORE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if "{fail}" and data_source == "mine":
+        raise ValueError("{fail}")
+    return float(solution_str == ground_truth)
+'''
+
+
+def custom_config(tmp_path, fail: str = "", **kw) -> RewardConfig:
+    (tmp_path / "score.py").write_text(SCORE.format(fail=fail))
+    return RewardConfig(function=f"{tmp_path / 'score.py'}:compute_score", **kw)
+
+
+def test_rows_are_routed_by_data_source_in_place(tmp_path):
+    rows = [PromptRow("add", ADD, "apps"), PromptRow("1+1?", "2"), PromptRow("mine", "x", "mine", {"id": 7}),
+            PromptRow("2+2?", "4", "openai/gsm8k")]
+    reward = custom_config(tmp_path, by_source={"apps": "code", "mine": "custom"})
+    refs = references(rows, reward, "d.jsonl")
+    assert isinstance(refs[0], CodeReference)
+    assert refs[1] == MathReference("2") and refs[3] == MathReference("4")  # default kind; unlisted source
+    assert refs[2] == CustomReference("mine", "x", {"id": 7})
+    custom = references(rows[1:2], custom_config(tmp_path, kind="custom"), "d.jsonl")
+    assert custom == [CustomReference(None, "2", {})]  # no data_source: the default kind, no extra_info
+
+
+def test_mixed_rows_are_named_by_their_row_in_the_file(tmp_path):
+    reward = RewardConfig(by_source={"apps": "code"})
+    rows = [PromptRow("1+1?", "2"), PromptRow("bad", "not json", "apps"), PromptRow("2+2?", "4", "gsm8k")]
+    with pytest.raises(DataError, match=r"^d\.jsonl: 1 of 3 rows have unusable tests: row 2: not valid JSON"):
+        references(rows, reward, "d.jsonl")
+    rows = [PromptRow("1+1?", "2"), PromptRow("add", ADD, "apps"), PromptRow("?", "\\frac{1", "gsm8k")]
+    with pytest.raises(DataError, match=r"^d\.jsonl: 1 of 3 rows have an unusable reference answer: row 3: "):
+        references(rows, reward, "d.jsonl")
+
+
+def test_a_custom_function_that_fails_on_a_sample_row_refuses_the_launch(tmp_path):
+    rows = [PromptRow("1+1?", "2"), PromptRow("mine", "x", "mine")]
+    reward = custom_config(tmp_path, fail="boom", by_source={"mine": "custom"})
+    with pytest.raises(UserError, match=r"reward.function = '.*score.py:compute_score': called on row 2 of d.jsonl"
+                                        r" \(data_source 'mine', its ground truth as the response\), it raised"
+                                        r" ValueError: boom"):
+        references(rows, reward, "d.jsonl")
+
+
+def test_a_custom_function_that_does_not_import_refuses_the_launch(tmp_path):
+    reward = RewardConfig(kind="custom", function=f"{tmp_path / 'missing.py'}:compute_score")
+    with pytest.raises(UserError, match=r"missing.py:compute_score'.*no file .*missing.py"):
+        references([PromptRow("1+1?", "2")], reward, "d.jsonl")
+    assert references([PromptRow("1+1?", "2")], RewardConfig(function=reward.function), "d.jsonl")  # unused

@@ -40,6 +40,18 @@ def test_fault_injection_only_where_asked(monkeypatch):
     assert not fault.requested("trainer", 0, "step")
 
 
+def test_a_kill_fault_dies_by_sigkill_as_the_oom_killer_kills():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = "from areal_hpc.runtime import fault\nfault.check('generator', 1, 'request')\nprint('survived')"
+    env = {**os.environ, fault.ENV: "generator:1:request:kill"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL and "survived" not in proc.stdout
+
+
 def test_cpu_engines_take_cores_in_turn_unless_the_user_binds(monkeypatch):
     import os
 

@@ -12,6 +12,7 @@ its step count after every step and resumes from it, as checkpoint.resume=auto d
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -132,3 +133,26 @@ def test_stale_mpi_shared_memory_of_the_job_is_removed_before_launch(
             path.unlink(missing_ok=True)
     assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
     assert [r["stopped"] for r in probe_runs(run_dir)] == ["completed"]
+
+
+def test_a_crash_is_requeued_and_resumes(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """A run that fails (here rank 0 aborts at step 3, as when a trainer dies) is requeued by the
+    batch script, counted in the job's comment, and the next run resumes from the checkpoint."""
+    job, run_dir, output = start_job(slurm_cluster, tmp_path, steps=6, AREAL_PROBE_CRASH_AT="3")
+    comps = slurm_cluster.wait(job)
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "1"
+    (resumed,) = probe_runs(run_dir)  # the crashed run wrote no record
+    assert (resumed["restart"], resumed["start_step"], resumed["end_step"]) == (1, 3, 6)
+    log = output.read_text()
+    assert "probe: crashing at step 3" in log
+    # srun reports the aborted tasks' status (137: killed), whatever code MPI_Abort was given.
+    assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)", log), log[-3000:]
+
+
+def test_crash_restarts_are_bounded(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    job, _, output = start_job(slurm_cluster, tmp_path, steps=6, AREAL_PROBE_CRASH_AT="2", AREAL_MAX_RESTARTS="0")
+    comps = slurm_cluster.wait(job)
+    assert comps[0]["JobState"] == "FAILED" and comps[0]["Restarts"] == "0", slurm_cluster.explain(output)
+    assert re.search(r"the run failed \(exit \d+\) after 0 crash restarts \(AREAL_MAX_RESTARTS = 0\): not requeued",
+                     output.read_text())

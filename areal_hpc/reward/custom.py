@@ -1,0 +1,141 @@
+"""Reward functions that users bring (reward.function), called as verl calls them.
+
+`function(data_source=..., solution_str=..., ground_truth=..., extra_info=...)` returns the
+reward: a number, or a dict with a "score" whose other numeric values are per-sample metrics. The
+function is the user's own (trusted) code, so it runs unsandboxed, in the reward workers: a slow or
+crashing function costs a worker, never the generator. A call is limited to reward.timeout_s by
+SIGALRM where it runs on a main thread (the workers, the CLI, preflight); a function the alarm
+cannot stop (blocked in C code, or one that cancels the alarm, as math-verify's own timeouts do)
+is stopped by the pool, which kills the worker after the limit and its grace.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import numbers
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from areal_hpc.config.schema import RewardConfig
+from areal_hpc.config.validate import FUNCTION_FORM
+from areal_hpc.errors import UserError
+from areal_hpc.reward.compare import shorten
+from areal_hpc.reward.task import CustomTask, Verdict
+
+RewardFunction = Callable[..., object]
+
+
+class CustomFunctionError(UserError):
+    """reward.function names nothing that can be called."""
+
+
+class CallFailed(Exception):
+    """A call that gave no reward; the message says why."""
+
+
+class _Timeout(BaseException):
+    """Raised into the function by the alarm: not an Exception, so the function's own
+    `except Exception` cannot swallow it."""
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _Timeout
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {path} (relative paths are from {Path.cwd()})")
+    # A name of its own, registered before it runs (dataclasses and pickle look modules up there).
+    name = f"_areal_hpc_reward_function_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_function(spec: str) -> RewardFunction:
+    """The function `spec` names: "module:function" or "path/to/file.py:function"."""
+    if not FUNCTION_FORM.fullmatch(spec):
+        raise CustomFunctionError(f"reward function {spec!r}: must be module:function"
+                                  " or path/to/file.py:function")
+    where, _, name = spec.rpartition(":")
+    try:
+        module = _import_file(Path(where)) if where.endswith(".py") else importlib.import_module(where)
+    except ModuleNotFoundError as e:
+        hint = " (a module must be importable from PYTHONPATH; or give path/to/file.py:function)"
+        raise CustomFunctionError(f"reward function {spec!r}: cannot import {where}: {e}{hint}") from None
+    except (Exception, SystemExit) as e:  # importing runs the user's module: anything may go wrong
+        raise CustomFunctionError(f"reward function {spec!r}: cannot import {where}:"
+                                  f" {type(e).__name__}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise CustomFunctionError(f"reward function {spec!r}: {where} defines no function {name!r}")
+    return fn
+
+
+def _with_deadline(fn: RewardFunction, seconds: float, **kwargs: object) -> object:
+    if threading.current_thread() is not threading.main_thread():
+        return fn(**kwargs)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn(**kwargs)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, numbers.Real) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _reward_of(result: object) -> tuple[float, dict[str, float]]:
+    if isinstance(result, dict):
+        if "score" not in result:
+            keys = ", ".join(map(str, result)) or "none"
+            raise CallFailed(f"returned a dict without 'score' (keys: {keys})")
+        score = _finite(result["score"])
+        if score is None:
+            raise CallFailed(f"returned a 'score' that is not a finite number: {shorten(repr(result['score']))}")
+        numbers = ((str(k), _finite(v)) for k, v in result.items() if k != "score")
+        metrics = {k: v for k, v in numbers if v is not None}
+        return score, metrics
+    score = _finite(result)
+    if score is None:
+        raise CallFailed(f"returned {type(result).__name__} {shorten(repr(result))},"
+                         " not a finite number or a dict with a 'score'")
+    return score, {}
+
+
+def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> tuple[float, dict[str, float]]:
+    """The reward and the metrics of one call; raises CallFailed saying why there are none."""
+    try:
+        result = _with_deadline(fn, timeout_s, data_source=task.data_source, solution_str=task.response,
+                                ground_truth=task.ground_truth, extra_info=task.extra_info)
+    except _Timeout:
+        raise CallFailed(f"timed out after {timeout_s:g} s") from None
+    except (Exception, SystemExit) as e:
+        raise CallFailed(f"raised {type(e).__name__}: {shorten(str(e))}") from None
+    return _reward_of(result)
+
+
+def check_custom(task: CustomTask, fn: RewardFunction, config: RewardConfig) -> Verdict:
+    """Score one response with config.function (`fn`); a call that fails scores wrong, saying why."""
+    try:
+        score, metrics = call(fn, task, config.timeout_s)
+    except CallFailed as e:
+        return Verdict(config.wrong, 0, 1, f"custom reward function {config.function} {e}")
+    return Verdict(score, int(score >= config.correct), 1, f"score {score:g} from {config.function}", metrics)
