@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -92,20 +93,28 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
     assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
 
 
-def test_a_killed_generator_is_named_by_rank_0(slurm_cluster: Cluster, tmp_path: Path) -> None:
+def test_a_killed_generator_is_named_and_the_run_requeued(slurm_cluster: Cluster, tmp_path: Path) -> None:
     """kill -9 of a generator rank: srun ends the step (SIGTERM, then SIGKILL after KillWait), and
-    in between the controller names the dead rank from its lifeline; nothing is left running."""
+    in between the controller names the dead rank from its lifeline; nothing of that run is left
+    running; the batch script requeues the crashed run, which resumes and completes."""
     marker = uuid.uuid4().hex
     job, run_dir, output = submit_run(slurm_cluster, tmp_path, **{MARKER: marker})
     wait_for_steps(slurm_cluster, job, run_dir, output, 1)
     groups = job_groups(marker)
     os.kill(rank_pid(2, marker), signal.SIGKILL)
-    comps = slurm_cluster.wait(job, timeout=120)
-    assert [c["JobState"] for c in comps] == ["FAILED", "FAILED"], slurm_cluster.explain(output)
+    deadline = time.monotonic() + 120
+    while "requeueing job" not in output.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert "rank 2 (generator 0) died without reporting an error" in output.read_text(), \
         slurm_cluster.explain(output)
     deadline = time.monotonic() + 30
     while leftovers(marker, groups) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = leftovers(marker, groups)
-    assert not left, f"processes of the failed job were left running: {describe(left)}"
+    assert not left, f"processes of the failed run were left running: {describe(left)}"
+    comps = slurm_cluster.wait(job, timeout=600)
+    assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "1"
+    assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)",
+                     output.read_text())
+    assert [r["step"] for r in trained_steps(run_dir)] == list(range(1, STEPS + 1))
