@@ -186,9 +186,10 @@ class CodeSandboxConfig:
     max_processes: int = 16
     # Most bytes of standard output kept per test; more fails the test.
     max_output_bytes: int = 1 << 20
-    # Isolation: "auto" (the first that works of the next three), "bwrap" (Bubblewrap namespaces,
+    # Isolation: "auto" (bwrap, and refuse to start without it), "bwrap" (Bubblewrap namespaces,
     # read-only system, no network), "unshare" (namespaces without file-system isolation) or
-    # "rlimits" (resource limits and process cleanup only). See areal_hpc/reward/sandbox.py.
+    # "rlimits" (resource limits and process cleanup only): a weaker one only when named here.
+    # See areal_hpc/reward/sandbox.py.
     backend: str = "auto"
     # Interpreter for candidate programs (standard library only); null: the running Python if the
     # sandbox can reach it, else /usr/bin/python3.

@@ -52,23 +52,36 @@ def parse_row(row: object, prompt_key: str, answer_key: str, where: str) -> Prom
     return PromptRow(prompt, str(answer), source, extra)
 
 
+def _not_utf8(path: Path, data: bytes, e: UnicodeDecodeError) -> DataError:
+    line = data.count(b"\n", 0, e.start) + 1
+    return DataError(f"{path}: line {line}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start});"
+                     " convert the file to UTF-8")
+
+
+def _text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, data, e) from None
+
+
 def _jsonl(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
-            rows.append(parse_row(row, prompt_key, answer_key, f"{path}: line {n}"))
+    for n, line in enumerate(_text(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
+        rows.append(parse_row(row, prompt_key, answer_key, f"{path}: line {n}"))
     return rows
 
 
 def _json_array(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(data, list):

@@ -134,6 +134,8 @@ class RewardPool:
             raise failure
         self._workers = [w for w, _ in started]
         self.backend = started[0][1]
+        # Said once, so a run's log shows how model-written programs were isolated.
+        log.info("reward service: %d worker(s) scoring with %s", len(self._workers), self.backend)
         self._queue = asyncio.Queue(self.config.max_pending)
         self._drivers = [asyncio.create_task(self._drive(i)) for i in range(len(self._workers))]
         return self

@@ -1,6 +1,7 @@
 """Running an untrusted program against test cases, isolated from the host.
 
-Backends, strongest first (`reward.code.backend: auto` takes the first that works here):
+Backends, strongest first. `reward.code.backend: auto` means bwrap, and refuses to start when
+bwrap cannot run here: a weaker sandbox is used only when the config names it, never silently.
 
 - `bwrap` (Bubblewrap, Debian package `bubblewrap`): new user, PID, network, IPC, UTS and mount
   namespaces; the root file system is an empty read-only tmpfs holding read-only binds of /usr
@@ -171,7 +172,7 @@ class Sandbox:
     @classmethod
     def detect(cls, limits: CodeSandboxConfig) -> Sandbox:
         """The first backend and interpreter that pass a probe run (see the module docstring)."""
-        backends = BACKENDS if limits.backend == "auto" else (limits.backend,)
+        backends = (BACKENDS[0],) if limits.backend == "auto" else (limits.backend,)
         if limits.python:
             pythons = [limits.python]
         else:
@@ -185,6 +186,11 @@ class Sandbox:
                 if problem is None:
                     return sandbox
                 failures.append(f"{backend} with {python}: {problem}")
+        if limits.backend == "auto":
+            raise SandboxUnavailable(
+                "the bwrap sandbox cannot run here (" + "; ".join(failures) + "): install bubblewrap, or set"
+                " reward.code.backend to unshare or rlimits to run model-written programs in a weaker sandbox"
+                " (areal_hpc/reward/sandbox.py says what each one leaves open)")
         raise SandboxUnavailable("no sandbox backend works here: " + "; ".join(failures))
 
     def probe(self) -> str | None:

@@ -113,3 +113,17 @@ def test_stream_is_reproducible_covers_each_epoch_and_reissues_returned_ids():
     assert [t.next() for _ in range(3)] == [2, 7, 10]
     assert t.state_dict(reissue=[4]) == {"position": 11, "returned": [4]}
     assert [PromptStream(4, 0, shuffle=False).index(i) for i in range(6)] == [0, 1, 2, 3, 0, 1]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path, suffix):
+    path = tmp_path / f"data{suffix}"
+    rows = ['{"prompt": "1+1", "answer": "2"}', '{"prompt": "caf\xe9", "answer": "3"}']
+    text = "\n".join(rows) if suffix == ".jsonl" else "[\n" + ",\n".join(rows) + "\n]"
+    path.write_bytes(text.encode("latin-1"))
+    line = 2 if suffix == ".jsonl" else 3
+    with pytest.raises(DataError, match=rf"data{suffix}: line {line}: not UTF-8 text \(byte 0xe9"):
+        load_prompts(path)
+    path.write_text('{"prompt": "a\u2028b", "answer": "1"}\n', encoding="utf-8")  # a JSON line with U+2028
+    if suffix == ".jsonl":
+        assert load_prompts(path)[0].prompt == "a\u2028b"

@@ -108,3 +108,16 @@ def test_working_directories_of_killed_runs_are_removed(tmp_path, monkeypatch: p
         (d / "sub").mkdir(parents=True)
     Sandbox("rlimits", "/usr/bin/python3", reward_config("rlimits").code)
     assert not orphan.exists() and alive.exists()
+
+
+def test_auto_refuses_a_weaker_sandbox_unless_it_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bwrap on the PATH (as on a machine without the package): `auto` does not fall back to a
+    weaker sandbox; naming one in the config uses it."""
+    from areal_hpc.config.schema import CodeSandboxConfig
+    from areal_hpc.reward.sandbox import SandboxUnavailable
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no bwrap, no unshare
+    with pytest.raises(SandboxUnavailable, match="the bwrap sandbox cannot run here .*bwrap is not installed.*"
+                                                 "set reward.code.backend to unshare or rlimits"):
+        Sandbox.detect(CodeSandboxConfig(backend="auto"))
+    assert Sandbox.detect(CodeSandboxConfig(backend="rlimits")).backend == "rlimits"
