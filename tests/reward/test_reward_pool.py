@@ -143,8 +143,11 @@ def test_a_task_whose_worker_keeps_dying_fails_with_a_reason(served) -> None:
 
 def test_start_fails_when_no_sandbox_works() -> None:
     config = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(python="/nonexistent/python3"))
-    with pytest.raises(SandboxUnavailable, match="no sandbox backend works here"):
+    with pytest.raises(SandboxUnavailable, match="the bwrap sandbox cannot run here"):
         asyncio.run(RewardPool(config).start())
+    named = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(backend="rlimits", python="/nonexistent/python3"))
+    with pytest.raises(SandboxUnavailable, match="no sandbox backend works here: rlimits with /nonexistent/python3"):
+        asyncio.run(RewardPool(named).start())
 
 
 def test_close_stops_every_worker(served) -> None:
