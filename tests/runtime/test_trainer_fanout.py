@@ -59,7 +59,7 @@ def test_code_32b_replicas():
 def test_the_512_gpu_points_have_dp_replicas():
     for name in ("math-1.5b", "code-32b"):
         base = load_config(f"configs/experiments/{name}.yaml")
-        cfg = load_config(f"configs/experiments/{name}.yaml", strong_scaling_overrides(base, 512, 32768, 1, "/tmp/x"))
+        cfg = load_config(f"configs/experiments/{name}.yaml", strong_scaling_overrides(base, 512, 32768, 1, "runs/scaling-point"))
         assert len(replica_ranks(cfg)) == cfg.trainer.dp == 128 // (cfg.trainer.tp * cfg.trainer.pp)
 
 
