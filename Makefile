@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sandbox-tools test test-fast lint
+.PHONY: venv sandbox-tools test test-fast lint gpu-check
 
 venv: $(STAMP)
 
@@ -46,3 +46,10 @@ quickstart: venv
 	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CONFIG)
 	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
 		--set checkpoint.resume=never
+
+# The GPU profile on one GPU in under 8 minutes (inside containers/Dockerfile's image, or an
+# environment with the gpu extra): versions, TE parity, MFU, vLLM throughput, an NCCL weight
+# update; writes benchmarks/results/gpu_check.json. GPU_CHECK_ARGS=--dry-run checks it on a CPU.
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)

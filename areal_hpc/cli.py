@@ -13,7 +13,10 @@ COMMAND_MODULES = [
     "areal_hpc.config.commands",
     "areal_hpc.sim.commands",
     "areal_hpc.reward.commands",
+    "areal_hpc.data.commands",
     "areal_hpc.slurm.commands",
+    "areal_hpc.evaluation.commands",
+    "areal_hpc.trainer.commands",
 ]
 
 

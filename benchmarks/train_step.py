@@ -108,8 +108,8 @@ def measure_cpu(quick: bool) -> dict:
 
 def model_flops_per_token(m, seq_len: int) -> float:
     h, f, L, v = m.hidden_size, m.intermediate_size, m.num_layers, m.vocab_size
-    qkv = h * (m.num_attention_heads + 2 * m.num_query_groups) * m.head_dim
-    matmul_params = L * (qkv + m.num_attention_heads * m.head_dim * h + 3 * h * f) + v * h
+    qkv = h * (m.num_attention_heads + 2 * m.num_query_groups) * m.head_size
+    matmul_params = L * (qkv + m.num_attention_heads * m.head_size * h + 3 * h * f) + v * h
     return 6 * matmul_params + 6 * L * h * seq_len
 
 
@@ -202,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"quick": args.quick, "cpus": os.cpu_count(), "load_average_before": os.getloadavg()[0]}
     report["cpu"] = measure_cpu(args.quick)
     report["load_average_after"] = os.getloadavg()[0]
-    import torch
+    from areal_hpc.wire.device import cuda_visible
 
-    if torch.cuda.is_available():
+    if cuda_visible():
         report["gpu"] = measure_gpu(args.quick, args.peak_tflops)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "train_step.json").write_text(json.dumps(report, indent=2) + "\n")

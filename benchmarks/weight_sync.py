@@ -49,6 +49,7 @@ from areal_hpc.data.tiny_model import build_tiny_model
 from areal_hpc.rollout.checkpoint_sender import CheckpointSender, read_checkpoint
 from areal_hpc.rollout.generator import Generator, cpu_core_for
 from areal_hpc.rollout.weight_transfer import Link
+from areal_hpc.wire.device import cuda_visible
 
 CONFIG = "configs/experiments/tiny-cpu.yaml"
 GOAL = 0.8
@@ -149,7 +150,7 @@ def measure(quick: bool, bucket_bytes: int) -> dict:
     load = os.getloadavg()[0]
     widths, updates, repeats = ([128, 512], 3, 3) if quick else ([128, 256, 512, 768, 1024], 5, 5)
     rows, model_dirs = [], {}
-    nccl = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+    nccl = cuda_visible() and torch.cuda.device_count() >= 2
     with tempfile.TemporaryDirectory() as tmp:
         for hidden in widths:
             model_dir = model_of_width(hidden, Path(tmp))

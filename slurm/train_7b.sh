@@ -85,6 +85,10 @@ fi
 # One step across both components: srun numbers component 0's tasks first, so MPI rank 0 (the
 # controller) and the trainer ranks are component 0 and the generators follow. Block distribution
 # without packing puts the controller beside the first node's trainers, as the plan says.
+# GPUs: no --gpus-per-task or --gpu-bind (the controller shares component 0 and needs none), so
+# every task sees all of its node's GPUs; a trainer takes cuda:<its GPU of the plan>, and a
+# generator sets CUDA_VISIBLE_DEVICES to its engine's GPUs before vLLM starts, after checking
+# that SLURM_LOCALID is its slot of the plan (`areal-hpc slurm plan --ranks` lists both).
 srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=1 "--distribution=block,NoPack")
 if [[ -n ${AREAL_CONTAINER_IMAGE:-} ]]; then
     srun_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
@@ -105,9 +109,12 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 # Many ranks share a node's cores; each rank's thread pools stay small unless set otherwise.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# Site-specific, set them in the environment when needed: NCCL_SOCKET_IFNAME (interface for
-# NCCL's bootstrap, e.g. ib0 or hsn0), NCCL_IB_HCA (InfiniBand/RoCE adapters to use),
-# NCCL_IB_GID_INDEX (RoCE v2, often 3), NCCL_NET_GDR_LEVEL (GPUDirect RDMA distance).
+# The interface between the nodes is the config's cluster.network_interface (e.g. --set
+# cluster.network_interface=ib0): every rank publishes its address and sets GLOO_SOCKET_IFNAME and
+# NCCL_SOCKET_IFNAME to it at start; null: the address and gloo's interface are those of the
+# route to rank 0's node, and NCCL keeps its own choice.
+# Site-specific, set them in the environment when needed: NCCL_IB_HCA (InfiniBand/RoCE adapters
+# to use), NCCL_IB_GID_INDEX (RoCE v2, often 3), NCCL_NET_GDR_LEVEL (GPUDirect RDMA distance).
 
 stop_requested=0
 trap 'stop_requested=1; echo "areal-hpc: SIGUSR1, the time limit is near: stopping the run for a requeue"' USR1

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "areal_hpc"
 LAYERS = [
     {"errors", "config"},
     {"wire"},
-    {"data", "reward", "trainer", "rollout", "metrics", "controller", "sim", "slurm"},
+    {"data", "reward", "trainer", "rollout", "metrics", "controller", "sim", "slurm", "evaluation"},
     {"recipes"},
     {"runtime"},
     {"cli", "launch"},

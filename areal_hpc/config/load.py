@@ -16,7 +16,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.hf import FAMILIES, config_key, disagreements, read_hf_config, shape_from_hf
+from areal_hpc.config.schema import ExperimentConfig, ModelConfig
 from areal_hpc.config.validate import validate
 from areal_hpc.errors import ConfigError
 
@@ -114,6 +115,29 @@ def _typed(data: dict, source: str) -> ExperimentConfig:
         raise ConfigError(f"{source}{key}: {reason}") from None
 
 
+def fill_model_shape(model: ModelConfig) -> ModelConfig:
+    """The shape fields left null, from model.path's config.json (when it has one; the file
+    checks name a missing one), then qkv_bias and qk_norm from the family. A field set in the
+    YAML that disagrees with config.json is an error naming both values and the file."""
+    file = Path(model.path) / "config.json" if model.path is not None else None
+    if file is not None and file.is_file():
+        shape = shape_from_hf(read_hf_config(model.path), file)
+        conflicts = disagreements(model, shape, only_set=True)
+        if conflicts:
+            raise ConfigError("; ".join(
+                f"model.{field} = {ours!r} disagrees with {file}: {config_key(field)} = {theirs!r}"
+                for field, ours, theirs in conflicts))
+        model = dataclasses.replace(model, **{f: v for f, v in shape.items() if getattr(model, f) is None})
+    family = FAMILIES.get(model.family)
+    if family is not None:
+        model = dataclasses.replace(
+            model,
+            qkv_bias=family.qkv_bias if model.qkv_bias is None else model.qkv_bias,
+            qk_norm=family.qk_norm if model.qk_norm is None else model.qk_norm,
+        )
+    return model
+
+
 def load_config(
     path: str | Path | None = None, overrides: Sequence[str] = (), check_files: bool = True
 ) -> ExperimentConfig:
@@ -127,6 +151,10 @@ def load_config(
     extra = parse_overrides(overrides)
     check_keys(extra, source="--set: ")
     cfg = _typed(_deep_merge(data, extra), source)
+    try:
+        cfg.model = fill_model_shape(cfg.model)
+    except ConfigError as e:
+        raise ConfigError(f"{source}{e}") from None
     problems = validate(cfg, check_files=check_files)
     if problems:
         raise ConfigError(source + ("\n" + " " * len(source)).join(problems))

@@ -8,35 +8,57 @@ configs/experiments/.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
 class ModelConfig:
-    """A Qwen2-architecture decoder (RMSNorm, SwiGLU, RoPE, GQA, bias on q/k/v only)."""
+    """A dense decoder of a supported family (RMSNorm, SwiGLU, RoPE, grouped-query attention).
+
+    With `path` set, every shape field (family to rope_scaling) left null here is read from the
+    checkpoint's config.json, and one set here must agree with it (config/load.py); the YAML
+    names only what the run changes. Without `path`, the shape fields must be set (qkv_bias and
+    qk_norm follow the family). config/hf.py maps these fields to config.json keys.
+    """
 
     # Short name used in logs, checkpoints and the simulator (e.g. "qwen2-32b").
     name: str = "tiny-qwen2"
     # Directory of a Hugging Face checkpoint (config.json + safetensors). When set, its weights
-    # initialise the trainer and the generators; the shape fields below must match its config.
+    # initialise the trainer and the generators and its config.json gives the shape.
     path: str | None = None
     # Tokenizer directory; defaults to `path`.
     tokenizer_path: str | None = None
-    vocab_size: int = 512
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_layers: int = 4
-    num_attention_heads: int = 4
+    # Architecture family: "qwen2" (Qwen2ForCausalLM: bias on q/k/v), "qwen3" (Qwen3ForCausalLM:
+    # RMSNorm on each query and key head, no bias) or "llama" (LlamaForCausalLM: no bias).
+    family: str | None = None
+    vocab_size: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    num_layers: int | None = None
+    num_attention_heads: int | None = None
     # Key/value heads (grouped-query attention); must divide num_attention_heads.
-    num_query_groups: int = 2
-    max_position_embeddings: int = 1024
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
+    num_query_groups: int | None = None
+    # Channels of one attention head; null: hidden_size // num_attention_heads (Qwen3 and Llama
+    # checkpoints name it, and Qwen3's may differ from that).
+    head_dim: int | None = None
+    max_position_embeddings: int | None = None
+    rope_theta: float | None = None
+    rms_norm_eps: float | None = None
     # Whether the output projection shares the input embedding's weights.
-    tie_word_embeddings: bool = False
+    tie_word_embeddings: bool | None = None
+    # Bias on the q, k and v projections; null: the family's (qwen2 true, qwen3 and llama false).
+    qkv_bias: bool | None = None
+    # RMSNorm on each query and key head before RoPE; null: the family's (qwen3 true).
+    qk_norm: bool | None = None
+    # RoPE frequency scaling as config.json writes it; null: none. Only Llama 3's is supported:
+    # {rope_type: llama3, factor: F, low_freq_factor: 1.0, high_freq_factor: 4.0,
+    #  original_max_position_embeddings: 8192} (megatron-core fixes all but the factor).
+    rope_scaling: dict | None = None
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def head_size(self) -> int:
+        """head_dim, or hidden_size // num_attention_heads when it is null."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
 @dataclass
@@ -55,10 +77,38 @@ class TrainerConfig:
     micro_batch_tokens: int = 4096
     # k_min of Algorithm 1: the least number of micro-batches per minibatch.
     min_micro_batches: int = 1
-    # Parameter dtype for training: fp32 on CPU; bf16 or fp16 on GPU (grads/optimizer stay fp32).
-    params_dtype: str = "fp32"
+    # Parameter dtype for training (gradients and optimizer states stay fp32): "auto" (fp32 on
+    # CPU, bf16 on CUDA), "fp32" (CPU only: Transformer Engine 2.9 has no fp32 attention kernel
+    # for packed sequences), "bf16" or "fp16".
+    params_dtype: str = "auto"
+    # fp16 only: the loss scale Megatron's dynamic scaler starts from (its own default is 2^32).
+    # A step whose scaled gradients overflow is skipped, and after two in a row the scale halves;
+    # the trainer retries the skipped minibatch under the lower scale (no data is dropped, the
+    # policy version counts applied steps only, `train/skipped_steps` counts the skips). 2^16
+    # (torch.amp's start) spares most of the 2^32 start's ~18 skips of the first step.
+    initial_loss_scale: float = 65536.0
     # Use Megatron's distributed optimizer (optimizer state sharded over dp).
     distributed_optimizer: bool = True
+    # Activation recomputation (megatron-core recompute_granularity): "none" keeps every layer's
+    # activations for the backward pass; "selective" recomputes only `recompute_modules`;
+    # "full" keeps only the input of recomputed layers and recomputes them in the backward pass
+    # (about one more forward pass; what fits 32k-token micro-batches of the large models).
+    recompute: str = "none"
+    # With "full": "uniform" (the stage's layers in groups of recompute_num_layers, each group's
+    # input kept) or "block" (only the first recompute_num_layers layers of each pipeline stage
+    # are recomputed; the rest keep everything).
+    recompute_method: str = "uniform"
+    # With "full": layers per group (uniform) or recomputed layers per stage (block); null: 1 for
+    # uniform, every layer of the stage for block.
+    recompute_num_layers: int | None = None
+    # With "selective": the parts of each layer recomputed, of "mlp" (the SwiGLU MLP: most of a
+    # layer's activations) and "core_attn" (attention scores; Transformer Engine's fused attention
+    # keeps none, so only the CPU profile saves memory with it).
+    recompute_modules: list[str] = field(default_factory=lambda: ["mlp"])
+    # Tokens per chunk when log-probs are taken from the logits: each chunk is upcast to fp32 and
+    # log-softmaxed alone (and again in the backward pass), so fp32 full-vocabulary logits never
+    # exist for the whole micro-batch.
+    logprob_chunk_tokens: int = 2048
 
 
 @dataclass
@@ -155,21 +205,77 @@ class OptimizerConfig:
     warmup_ratio: float = 0.001
 
 
+# The (prompt, answer) keys of each data.layout; README "Data" has an example row of each.
+# flat: {"prompt": str, "answer": str}; verl: its parquet (prompt = chat messages, the answer in
+# reward_model.ground_truth); areal-math: {"prompt", "solutions": [str, ...]}; areal-code:
+# {"prompt", "input_output": JSON text of {"inputs": [...], "outputs": [...]}}.
+DATA_LAYOUTS = {
+    "flat": ("prompt", "answer"),
+    "verl": ("prompt", "reward_model.ground_truth"),
+    "areal-math": ("prompt", "solutions"),
+    "areal-code": ("prompt", "input_output"),
+}
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation during training (at the start, every `eval_interval` versions and at the
+    end), scored as `areal-hpc eval` scores a checkpoint (avg@n, pass@k)."""
+
+    # Held-out data sets, each reported on its own as eval_set/<file stem>/...; [] uses
+    # data.eval_path, or the synthetic task's held-out split.
+    paths: list[str] = field(default_factory=list)
+    # Samples per prompt; null: rollout.group_size.
+    n: int | None = None
+    # Sampling of the evaluation; null: the rollout's. Unlike training, top_p may truncate here
+    # (the paper evaluates at temperature 0.6, top-p 0.95): no log-prob of it is trained on.
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+
+
 @dataclass
 class DataConfig:
-    """Prompt data: JSON lines or Parquet rows with a prompt and an answer field."""
+    """Prompt data: JSON lines, JSON, Parquet or a Hugging Face dataset directory, one prompt and
+    one answer per row, in one of the DATA_LAYOUTS."""
 
-    # Training prompts; null uses the built-in synthetic arithmetic task (CPU profile).
+    # Training prompts: a .jsonl, .json or .parquet file, a directory of *.parquet or *.jsonl
+    # shards, or a directory written by datasets' save_to_disk (a DatasetDict's "train" split);
+    # null uses the built-in synthetic arithmetic task (CPU profile).
     train_path: str | None = None
-    # Held-out prompts for evaluation; null uses a held-out split of the synthetic task.
+    # Held-out prompts for evaluation, in the same forms; null uses a held-out split of the
+    # synthetic task.
     eval_path: str | None = None
-    prompt_key: str = "prompt"
-    answer_key: str = "answer"
+    # Where a row keeps its prompt and answer: "flat", "verl", "areal-math" or "areal-code"
+    # (DATA_LAYOUTS above).
+    layout: str = "flat"
+    # The row's prompt key; null: the layout's. A dotted path reaches into objects
+    # (e.g. "extra_info.question"). The prompt is a string, used as is, or a list of chat
+    # messages {"role", "content"}, rendered by `chat_template`.
+    prompt_key: str | None = None
+    # The row's answer key; null: the layout's; dotted paths as for prompt_key (e.g.
+    # "reward_model.ground_truth"). A list of strings or numbers (AReaL's `solutions`) gives its
+    # first element; an object or any other list (code tests) is JSON-encoded; a number, its text.
+    answer_key: str | None = None
+    # How chat-message prompts become text: "auto" (the tokenizer's chat template), "none"
+    # (refuse chat-message rows) or the path of a .jinja file that replaces the tokenizer's
+    # template. Rendered with add_generation_prompt=True; string prompts are never templated.
+    chat_template: str = "auto"
+    # Extra variables for the chat template, e.g. {enable_thinking: false} for Qwen3.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Prompts longer than rollout.max_prompt_len tokens: "filter" (left out, counted and named at
+    # launch) or "error" (the launch is refused, naming them).
+    overlong: str = "filter"
     # Shuffle the training prompts once per epoch with the experiment seed.
     shuffle: bool = True
     # Size of the synthetic task's training and held-out sets.
     synthetic_train_size: int = 4096
     synthetic_eval_size: int = 128
+
+    def row_keys(self) -> tuple[str, str]:
+        """The (prompt, answer) keys in effect: the ones set, else the layout's."""
+        prompt, answer = DATA_LAYOUTS[self.layout]
+        return self.prompt_key or prompt, self.answer_key or answer
 
 
 @dataclass
@@ -238,6 +344,13 @@ class CheckpointConfig:
 
     # Steps between checkpoints; 0 disables periodic checkpoints.
     interval_steps: int = 0
+    # Steps between Hugging Face exports (0: none): at every multiple of it, and at the last
+    # version, the checkpoint also holds hf/, the weights as a directory that transformers and
+    # vLLM load (config.json, generation_config.json with the special token ids and no sampling
+    # defaults, tokenizer files, ~2 GiB safetensors shards). A step that is not a checkpoint step
+    # gets a checkpoint for it, so a multiple of interval_steps adds none. Pruned with its
+    # checkpoint (keep_last); `areal-hpc export-hf` exports any checkpoint afterwards.
+    hf_interval: int = 0
     # Directory of checkpoints; relative paths are under logging.dir.
     dir: str = "checkpoints"
     # "auto" resumes from the latest complete checkpoint if any, "never" starts fresh, or a path.
@@ -300,13 +413,23 @@ class WatchdogConfig:
 class ClusterConfig:
     """Node layout of the heterogeneous SLURM job (component 0: train, component 1: rollout)."""
 
+    # GPUs of every node; each task sees all of its node's (`areal-hpc slurm plan --ranks` shows
+    # the devices every rank uses: a trainer's cuda:<GPU>, a generator's CUDA_VISIBLE_DEVICES).
     gpus_per_node: int = 8
     # Nodes of component 0 (controller + trainers); trainer ranks = train_nodes * gpus_per_node.
     train_nodes: int = 1
     # Nodes of component 1 (generators); generator GPUs = rollout_nodes * gpus_per_node.
     rollout_nodes: int = 1
+    # SLURM partition of component 0.
     train_partition: str = "train"
+    # SLURM partition of component 1.
     rollout_partition: str = "rollout"
+    # Network interface between the nodes (e.g. ib0, hsn0, eth0): its IPv4 address is where every
+    # rank's listeners (lifelines, the trainer group, the weight groups) meet, and every worker
+    # rank sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME to it. null: automatic, the interface of
+    # the route to rank 0's node (never loopback unless the node has no other address), for gloo
+    # only; NCCL keeps its own choice (wire/network.py).
+    network_interface: str | None = None
     # SLURM time limit (HH:MM:SS or D-HH:MM:SS).
     time_limit: str = "24:00:00"
     # srun's MPI plugin: "pmix" on most clusters, "pmi2" on the local test cluster.
@@ -340,6 +463,7 @@ class ExperimentConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.hf import FAMILIES, LLAMA3_FIXED, SHAPE_FIELDS
+from areal_hpc.config.schema import DATA_LAYOUTS, ExperimentConfig
+from areal_hpc.errors import ConfigError
 
 # What scores a prompt: reward.kind and every value of reward.by_source.
 REWARD_KINDS = ("math", "code", "custom")
@@ -17,11 +19,15 @@ FUNCTION_FORM = re.compile(r"[^:]+:[A-Za-z_][A-Za-z0-9_]*")
 
 CHOICES = {
     "device": ("auto", "cpu", "cuda"),
-    "trainer.params_dtype": ("fp32", "bf16", "fp16"),
+    "trainer.params_dtype": ("auto", "fp32", "bf16", "fp16"),
+    "trainer.recompute": ("none", "selective", "full"),
+    "trainer.recompute_method": ("uniform", "block"),
     "generator.interrupt_mode": ("abort", "keep"),
     "generator.dtype": ("fp32", "bf16", "fp16"),
     "ppo.adv_norm": ("global", "group", "grpo", "none"),
     "rollout.staleness_gate": ("strict", "admission"),
+    "data.layout": tuple(DATA_LAYOUTS),
+    "data.overlong": ("filter", "error"),
     "reward.kind": REWARD_KINDS,
     "reward.code.backend": ("auto", "bwrap", "unshare", "rlimits"),
     "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -31,6 +37,9 @@ CHOICES = {
 
 # Options whose value is a list, each element one of these.
 LIST_CHOICES = {
+    # The recompute_modules of megatron-core that a dense decoder has ("layernorm" needs
+    # Transformer Engine, whose layer spec fuses the norms into the linears: nothing to recompute).
+    "trainer.recompute_modules": ("mlp", "core_attn"),
     "reward.math_fallbacks": ("answer_phrase", "last_number"),
 }
 
@@ -39,6 +48,10 @@ RANGES = [
     ("seed", lambda v: v >= 0, ">= 0"),
     ("total_steps", lambda v: v >= 1, ">= 1"),
     ("eval_interval", lambda v: v >= 0, ">= 0"),
+    ("eval.n", lambda v: v is None or v >= 1, ">= 1 or null"),
+    ("eval.temperature", lambda v: v is None or v >= 0, ">= 0 or null"),
+    ("eval.top_p", lambda v: v is None or 0 < v <= 1, "in (0, 1] or null"),
+    ("eval.max_new_tokens", lambda v: v is None or v >= 1, ">= 1 or null"),
     ("startup_timeout_s", lambda v: v > 0, "> 0"),
     ("model.vocab_size", lambda v: v >= 1, ">= 1"),
     ("model.hidden_size", lambda v: v >= 1, ">= 1"),
@@ -46,6 +59,7 @@ RANGES = [
     ("model.num_layers", lambda v: v >= 1, ">= 1"),
     ("model.num_attention_heads", lambda v: v >= 1, ">= 1"),
     ("model.num_query_groups", lambda v: v >= 1, ">= 1"),
+    ("model.head_dim", lambda v: v >= 1, ">= 1"),
     ("model.max_position_embeddings", lambda v: v >= 1, ">= 1"),
     ("model.rope_theta", lambda v: v > 0, "> 0"),
     ("model.rms_norm_eps", lambda v: v > 0, "> 0"),
@@ -54,6 +68,10 @@ RANGES = [
     ("trainer.dp", lambda v: v >= 1, ">= 1"),
     ("trainer.micro_batch_tokens", lambda v: v >= 1, ">= 1"),
     ("trainer.min_micro_batches", lambda v: v >= 1, ">= 1"),
+    ("trainer.recompute_num_layers", lambda v: v >= 1, ">= 1 or null"),
+    ("trainer.logprob_chunk_tokens", lambda v: v >= 1, ">= 1"),
+    # The scaler's floor is 1 (trainer/loss_scale.py MIN_LOSS_SCALE).
+    ("trainer.initial_loss_scale", lambda v: v >= 1, ">= 1"),
     ("generator.count", lambda v: v >= 1, ">= 1"),
     ("generator.tensor_parallel_size", lambda v: v >= 1, ">= 1"),
     ("generator.gpu_memory_utilization", lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -97,6 +115,7 @@ RANGES = [
     ("reward.code.max_processes", lambda v: v >= 1, ">= 1"),
     ("reward.code.max_output_bytes", lambda v: v >= 1, ">= 1"),
     ("checkpoint.interval_steps", lambda v: v >= 0, ">= 0"),
+    ("checkpoint.hf_interval", lambda v: v >= 0, ">= 0 (0: no Hugging Face exports)"),
     ("checkpoint.keep_last", lambda v: v >= 1, ">= 1"),
     ("watchdog.train_step_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
     ("watchdog.weight_update_s", lambda v: v >= 0, ">= 0 (0: automatic)"),
@@ -122,7 +141,7 @@ def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
     problems = []
     for key, ok, need in RANGES:
         value = get(cfg, key)
-        if not ok(value):
+        if value is not None and not ok(value):  # null only where the schema allows it
             problems.append(f"{key} = {value!r}: must be {need}")
     for key, allowed in CHOICES.items():
         value = get(cfg, key)
@@ -136,6 +155,51 @@ def _ranges_and_choices(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
+# Shape fields that have no meaning when null (head_dim and rope_scaling do).
+REQUIRED_SHAPE = tuple(f for f in SHAPE_FIELDS if f not in ("head_dim", "rope_scaling"))
+
+
+def _rope_scaling_problem(scaling: dict) -> str | None:
+    """Why megatron-core cannot apply this RoPE scaling, or None when it can."""
+    if scaling.get("rope_type") != "llama3":
+        return f"rope_type {scaling.get('rope_type')!r} is not supported (only llama3)"
+    factor = scaling.get("factor")
+    if not isinstance(factor, int | float) or factor <= 0:
+        return "llama3 needs a factor > 0"
+    fixed = {k: scaling.get(k) for k in LLAMA3_FIXED}
+    extra = sorted(set(scaling) - {"rope_type", "factor", *LLAMA3_FIXED})
+    if fixed != LLAMA3_FIXED or extra:
+        return ("megatron-core 0.16.1 applies llama3 scaling only with "
+                + ", ".join(f"{k} {v}" for k, v in LLAMA3_FIXED.items()) + " and no other keys")
+    return None
+
+
+def _model(cfg: ExperimentConfig) -> list[str]:
+    """The shape is complete and the family's; head_dim and RoPE scaling are representable."""
+    m = cfg.model
+    where = f" (from {m.path}/config.json)" if m.path is not None else ""
+    missing = [f"model.{f}: must be set (or set model.path to a checkpoint; its config.json gives it)"
+               for f in REQUIRED_SHAPE if getattr(m, f) is None]
+    if missing:
+        return missing
+    if m.family not in FAMILIES:
+        return [f"model.family = {m.family!r}: must be one of {', '.join(FAMILIES)}"]
+    family, problems = FAMILIES[m.family], []
+    for key, want, what in (("qkv_bias", family.qkv_bias, "bias on q, k and v"),
+                            ("qk_norm", family.qk_norm, "an RMSNorm on each query and key head")):
+        if getattr(m, key) != want:
+            problems.append(f"model.{key} = {getattr(m, key)}: the {m.family} family has"
+                            f" {what if want else 'no ' + what} ({family.architecture})")
+    if m.family == "qwen2" and m.head_dim not in (None, m.hidden_size // m.num_attention_heads):
+        problems.append(f"model.head_dim = {m.head_dim}: qwen2 derives it as hidden_size // num_attention_heads"
+                        f" = {m.hidden_size // m.num_attention_heads}")
+    if m.rope_scaling is not None:
+        why = _rope_scaling_problem(m.rope_scaling)
+        if why:
+            problems.append(f"model.rope_scaling = {dict(m.rope_scaling)}{where}: {why}")
+    return problems
+
+
 def _reward(cfg: ExperimentConfig) -> list[str]:
     r = cfg.reward
     problems = [f"reward.by_source.{source} = {kind!r}: must be one of {', '.join(REWARD_KINDS)}"
@@ -146,6 +210,16 @@ def _reward(cfg: ExperimentConfig) -> list[str]:
                             " when reward.kind or a reward.by_source value is custom")
     elif not FUNCTION_FORM.fullmatch(r.function):
         problems.append(f"reward.function = {r.function!r}: must be module:function or path/to/file.py:function")
+    return problems
+
+
+def _data(cfg: ExperimentConfig) -> list[str]:
+    """Row keys are dotted paths: no empty part (a typo like "reward_model..ground_truth")."""
+    problems = []
+    for key in ("data.prompt_key", "data.answer_key"):
+        value = get(cfg, key)
+        if value is not None and not all(value.split(".")):
+            problems.append(f"{key} = {value!r}: must be a key or a dotted path of keys (a.b.c), or null")
     return problems
 
 
@@ -174,13 +248,60 @@ def trainer_layout_problems(cfg: ExperimentConfig) -> list[str]:
         problems.append(f"trainer.pp = {t.pp}: must divide model.num_layers = {m.num_layers}")
     if t.sequence_parallel and t.tp == 1:
         problems.append("trainer.sequence_parallel = true: needs trainer.tp > 1")
-    return problems
+    return problems + _recompute_problems(cfg)
+
+
+def _recompute_problems(cfg: ExperimentConfig) -> list[str]:
+    """megatron-core runs `uniform` groups back to back over a stage's layers, so a group size
+    must divide them; `block` can recompute at most all of them."""
+    t = cfg.trainer
+    stage_layers = cfg.model.num_layers // t.pp
+    n = t.recompute_num_layers
+    if t.recompute == "full" and n is not None:
+        if t.recompute_method == "uniform" and stage_layers % n:
+            return [f"trainer.recompute_num_layers = {n}: must divide the {stage_layers} layers of a pipeline"
+                    f" stage (model.num_layers / trainer.pp) with recompute_method uniform"]
+        if t.recompute_method == "block" and n > stage_layers:
+            return [f"trainer.recompute_num_layers = {n}: more than the {stage_layers} layers of a pipeline"
+                    f" stage (model.num_layers / trainer.pp)"]
+    if t.recompute == "selective" and not t.recompute_modules:
+        return ["trainer.recompute_modules = []: selective recomputation needs at least one module"]
+    return []
+
+
+def _device_dtype(cfg: ExperimentConfig) -> list[str]:
+    """The dtype refusal of params_dtype, known before launch when the device is named."""
+    if cfg.device == "auto":
+        return []
+    try:
+        params_dtype(cfg, cfg.device)
+    except ConfigError as e:
+        return [str(e)]
+    return []
+
+
+def params_dtype(cfg: ExperimentConfig, device: str) -> str:
+    """trainer.params_dtype on `device` ("cpu" or "cuda"), "auto" resolved: the one place this is
+    decided. Transformer Engine 2.9 has no fp32 attention for packed (THD) micro-batches: its
+    flash and fused (cuDNN) kernels take fp16/bf16 only and its unfused one refuses THD
+    (attention/dot_product_attention/utils.py, get_attention_backend), so fp32 on CUDA is refused
+    here rather than failing in the first forward pass."""
+    dtype = cfg.trainer.params_dtype
+    if dtype == "auto":
+        return "bf16" if device == "cuda" else "fp32"
+    if dtype == "fp32" and device == "cuda":
+        raise ConfigError(
+            "trainer.params_dtype = 'fp32': not on CUDA; Transformer Engine 2.9 has no fp32 attention kernel"
+            " for packed (THD) micro-batches (flash and cuDNN attention take fp16/bf16 only, the unfused one"
+            " no packed sequences): use bf16 (auto) or fp16"
+        )
+    return dtype
 
 
 def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
     m, t, g, r = cfg.model, cfg.trainer, cfg.generator, cfg.rollout
     problems = []
-    if m.hidden_size % m.num_attention_heads:
+    if m.head_dim is None and m.hidden_size % m.num_attention_heads:
         problems.append(
             f"model.hidden_size = {m.hidden_size}: not divisible by model.num_attention_heads"
             f" = {m.num_attention_heads}"
@@ -252,8 +373,17 @@ def _files(cfg: ExperimentConfig) -> list[str]:
             problems.append(f"model.path = {cfg.model.path!r}: has no config.json (not a Hugging Face model)")
     for key in ("data.train_path", "data.eval_path"):
         value = get(cfg, key)
-        if value is not None and not Path(value).is_file():
-            problems.append(f"{key} = {value!r}: file not found")
+        if value is not None and not Path(value).exists():
+            problems.append(f"{key} = {value!r}: file not found (a data file or a dataset directory)")
+    for n, value in enumerate(cfg.eval.paths):
+        if not Path(value).exists():
+            problems.append(f"eval.paths[{n}] = {value!r}: file not found (a data file or a dataset directory)")
+    stems = [Path(p).stem for p in cfg.eval.paths]
+    if len(set(stems)) < len(stems):
+        problems.append(f"eval.paths: two data sets share a name ({', '.join(stems)}); metrics are named by file stem")
+    template = cfg.data.chat_template
+    if template not in ("auto", "none") and not Path(template).is_file():
+        problems.append(f"data.chat_template = {template!r}: not auto, none or an existing template file (.jinja)")
     resume = cfg.checkpoint.resume
     if resume not in ("auto", "never") and not Path(resume).is_dir():
         problems.append(f"checkpoint.resume = {resume!r}: not 'auto', 'never' or an existing checkpoint directory")
@@ -262,12 +392,14 @@ def _files(cfg: ExperimentConfig) -> list[str]:
 
 def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:
     """All problems of a config, one line each; empty when it can run."""
-    problems = _ranges_and_choices(cfg)
+    problems = _ranges_and_choices(cfg) + _model(cfg)
     if not problems:  # the structural checks divide by these values
         problems += _model_and_parallel(cfg)
         if cfg.device != "cpu":
             problems += cluster_problems(cfg)
+        problems += _device_dtype(cfg)
     problems += _reward(cfg)
+    problems += _data(cfg)
     problems += _wandb(cfg)
     if check_files:
         problems += _files(cfg)

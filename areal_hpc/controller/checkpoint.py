@@ -1,7 +1,11 @@
 """Checkpoint directories: one per step, complete only once every part is written and synced.
 
     <root>/step-00000010/trainer/          the trainer's part (written by the trainer ranks)
+    <root>/step-00000010/hf/               at checkpoint.hf_interval steps and the last version:
+                                           the weights as a Hugging Face directory (trainer ranks)
     <root>/step-00000010/controller.json   the controller's state
+    <root>/step-00000010/config.yaml       the run's resolved config (the model's shape for export)
+    <root>/step-00000010/tokenizer/        the run's tokenizer files and special token ids
     <root>/step-00000010/COMPLETE          written last, by the controller: the manifest
 
 The manifest lists every file with its size, and a SHA-256 of each file up to HASHED_BYTES (the
@@ -9,6 +13,9 @@ controller state, metadata, small shards; hashing a 32B model's hundreds of GB o
 shards on rank 0 would take longer than a step, so those are checked by size and by a hash of
 their first and last MiB). Every file is fsynced before COMPLETE, and COMPLETE is written to a
 temporary name, synced and renamed into place: a crash leaves either no COMPLETE or a whole one.
+
+The hf/ files are written before the trainer reports the checkpoint saved, so they are in its
+manifest: an hf/ is whole exactly when its checkpoint is, and it is pruned with it (keep_last).
 
 A directory without COMPLETE (a job killed while writing) is ignored by `resume: auto` and
 removed by the next prune; a complete one whose files no longer match its manifest (a torn copy,
@@ -44,6 +51,18 @@ def step_dir(root: str | Path, step: int) -> Path:
 
 def trainer_dir(ckpt: str | Path) -> Path:
     return Path(ckpt) / "trainer"
+
+
+def hf_dir(ckpt: str | Path) -> Path:
+    return Path(ckpt) / "hf"
+
+
+def config_file(ckpt: str | Path) -> Path:
+    return Path(ckpt) / "config.yaml"
+
+
+def tokenizer_dir(ckpt: str | Path) -> Path:
+    return Path(ckpt) / "tokenizer"
 
 
 def is_complete(ckpt: str | Path) -> bool:

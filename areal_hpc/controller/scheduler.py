@@ -44,8 +44,13 @@ class Policy:
     total_steps: int
     # Evaluate every `eval_interval` versions during training (0: only at the start and the end).
     eval_interval: int = 0
+    # Samples per held-out prompt (0: group_size).
+    eval_samples: int = 0
     # Checkpoint every `checkpoint_interval` versions (0: only on a signal).
     checkpoint_interval: int = 0
+    # Checkpoints of every `hf_interval`-th version and of the last also hold a Hugging Face
+    # export (0: none); such a version is checkpointed even off checkpoint_interval.
+    hf_interval: int = 0
     # Trainer pipeline stages, each of which reports the checksums of what it sent.
     stages: int = 1
     seed: int = 0
@@ -82,9 +87,11 @@ class SyncWeights:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Save `version` now (no step runs; the scheduler's state is `Scheduler.state_dict()`)."""
+    """Save `version` now (no step runs; the scheduler's state is `Scheduler.state_dict()`);
+    with `hf`, also as a Hugging Face directory."""
 
     version: int
+    hf: bool = False
 
 
 @dataclass(frozen=True)
@@ -224,6 +231,12 @@ class Scheduler:
     def trainer_busy(self) -> bool:
         return self.step is not None or bool(self.syncs) or self.ckpt_in_progress is not None
 
+    def hf_due(self, version: int) -> bool:
+        """Whether the checkpoint of `version` holds a Hugging Face export: every hf_interval-th
+        version and the last one (the run's result)."""
+        every = self.policy.hf_interval
+        return every > 0 and (version % every == 0 or version >= self.policy.total_steps)
+
     def generator_busy(self, generator: int) -> bool:
         """Generating with the current weights (not waiting for work or for the update)."""
         return self.generators.load[generator] > 0 and self.served[generator] == self.version
@@ -244,9 +257,9 @@ class Scheduler:
         return [SyncWeights(self.version)]
 
     def start_eval(self) -> list[Command]:
-        """Sample every held-out prompt `group_size` times with the weights of the current version
+        """Sample every held-out prompt `eval_samples` times with the weights of the current version
         (avg@k). The seeds repeat each round, so rounds differ only by the weights."""
-        k = self.policy.group_size
+        k = self.policy.eval_samples or self.policy.group_size
         self.eval = EvalRound(self.version, {})
         seeds = random.Random(f"eval/{self.policy.seed}")
         out: list[Command] = []
@@ -264,7 +277,7 @@ class Scheduler:
             # Version 0 is the initial model: resuming there is starting afresh.
             if self.version > 0 and self.last_ckpt_version != self.version:
                 self.ckpt_in_progress = self.version
-                out.append(Checkpoint(self.version))
+                out.append(Checkpoint(self.version, self.hf_due(self.version)))
         if self.training and not self.stop_requested:
             self._admit(out)
             self._dispatch(out)
@@ -296,7 +309,7 @@ class Scheduler:
         self.step = None
         self.sm.set_version(version)
         every = self.policy.checkpoint_interval
-        if every and version % every == 0:
+        if (every and version % every == 0) or self.hf_due(version):
             self.ckpt_requested = True
         return [StepFinished(version, groups), *self.sync_weights()]
 

@@ -1,14 +1,20 @@
-"""Prompt data sets: JSON lines, JSON arrays and Parquet files with a prompt and an answer field.
+"""Prompt data sets as users bring them: JSON lines, JSON arrays, Parquet, directories of shards
+and Hugging Face dataset directories, in the layouts of config/schema.py DATA_LAYOUTS.
 
-This is the format of AReaL's and DeepScaleR's math data. A row may also carry verl's
-`data_source` (which reward scores it: reward.by_source) and `extra_info` (an object passed to a
-custom reward function). Rows are checked when loaded, so a bad file fails before any process
-starts, with the row (line) number of the first bad row.
+A row's prompt is a string or a list of chat messages (rendered later by data/chat.py); its answer
+becomes the reward's reference text. A row may also carry verl's `data_source` (which reward
+scores it: reward.by_source) and `extra_info` (an object passed to a custom reward function).
+Rows are checked when loaded, so a bad file fails before any process starts, naming its first bad
+row. JSON lines and JSON files keep a hand parser, which names the exact line of bad JSON or
+non-UTF-8 bytes (shards too); Parquet and `save_to_disk` directories are read with the `datasets`
+library, its cache in a temporary directory (under $TMPDIR) deleted once the rows are read.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +25,21 @@ from areal_hpc.errors import UserError
 # Optional fields of a row, by their verl names.
 SOURCE_KEY = "data_source"
 EXTRA_KEY = "extra_info"
+# What marks a directory written by datasets' save_to_disk (a Dataset, a DatasetDict).
+DATASET_FILE, DATASET_DICT_FILE = "state.json", "dataset_dict.json"
+# The split used from a DatasetDict.
+TRAIN_SPLIT = "train"
+# Characters of a reader's own error kept in a DataError (datasets' cast errors print schemas).
+REASON_CHARS = 400
+
+# A chat message: {"role": ..., "content": ...} (other keys kept for the template).
+Message = dict
 
 
 @dataclass(frozen=True)
 class PromptRow:
-    prompt: str
+    # The prompt text, used as is, or chat messages rendered by the chat template (data/chat.py).
+    prompt: str | list[Message]
     answer: str
     data_source: str | None = None
     extra_info: dict | None = None
@@ -33,23 +49,69 @@ class DataError(UserError):
     """A prompt file that cannot be used."""
 
 
+def field_value(row: dict, key: str, where: str) -> object:
+    """The value at `key`, a column name or a dotted path into nested objects; a missing or null
+    value is a DataError naming the key and the keys that exist where it was looked for."""
+    if key in row and row[key] is not None:
+        return row[key]
+    node, path = row, []
+    for part in key.split("."):
+        if not isinstance(node, dict) or node.get(part) is None:
+            there = f"'{'.'.join(path)}' has fields" if path else "fields"
+            found = ", ".join(map(str, node)) if isinstance(node, dict) else f"none, it is {node!r:.40}"
+            raise DataError(f"{where}: missing field '{key}' ({there}: {found})")
+        node = node[part]
+        path.append(part)
+    return node
+
+
+def _messages(value: list, key: str, where: str) -> list[Message]:
+    """Chat messages, null fields dropped (Parquet gives every message every struct field)."""
+    out = []
+    for i, m in enumerate(value):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise DataError(f"{where}: field '{key}' message {i}: expected {{\"role\": str, \"content\": str}},"
+                            f" got {m!r:.80}")
+        out.append({k: v for k, v in m.items() if v is not None})
+    return out
+
+
+def _prompt(value: object, key: str, where: str) -> str | list[Message]:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value:
+        return _messages(value, key, where)
+    raise DataError(f"{where}: field '{key}' must be a non-empty string or a list of chat messages"
+                    f" ({{role, content}}), got {value!r:.80}")
+
+
+def _answer(value: object, key: str, where: str) -> str:
+    """The reference text: a string or number as is; a list of scalars (AReaL's `solutions`, each
+    a form of the one answer) its first element; an object or other list (code tests) its JSON."""
+    if isinstance(value, str | int | float):
+        return str(value)
+    if isinstance(value, list) and value and all(isinstance(v, str | int | float) for v in value):
+        return str(value[0])
+    if isinstance(value, dict | list) and value:
+        return json.dumps(value)
+    raise DataError(f"{where}: field '{key}' must be a string, a number, a list or an object, got {value!r:.80}")
+
+
 def parse_row(row: object, prompt_key: str, answer_key: str, where: str) -> PromptRow:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected an object with '{prompt_key}' and '{answer_key}', got {row!r:.80}")
-    for key in (prompt_key, answer_key):
-        if key not in row or row[key] is None:
-            raise DataError(f"{where}: missing field '{key}' (fields: {', '.join(map(str, row))})")
-    prompt, answer = row[prompt_key], row[answer_key]
-    if not isinstance(prompt, str) or not prompt:
-        raise DataError(f"{where}: field '{prompt_key}' must be a non-empty string, got {prompt!r:.80}")
-    if not isinstance(answer, str | int | float):
-        raise DataError(f"{where}: field '{answer_key}' must be a string or a number, got {answer!r:.80}")
+    prompt = _prompt(field_value(row, prompt_key, where), prompt_key, where)
+    answer = _answer(field_value(row, answer_key, where), answer_key, where)
     source, extra = row.get(SOURCE_KEY), row.get(EXTRA_KEY)
     if source is not None and (not isinstance(source, str) or not source):
         raise DataError(f"{where}: field '{SOURCE_KEY}' must be a non-empty string, got {source!r:.80}")
     if extra is not None and not isinstance(extra, dict):
         raise DataError(f"{where}: field '{EXTRA_KEY}' must be an object, got {extra!r:.80}")
-    return PromptRow(prompt, str(answer), source, extra)
+    return PromptRow(prompt, answer, source, extra)
+
+
+# Raw rows of a source, each with where it is ("FILE: line 3") for error messages.
+Located = Iterator[tuple[str, object]]
 
 
 def _not_utf8(path: Path, data: bytes, e: UnicodeDecodeError) -> DataError:
@@ -66,68 +128,129 @@ def _text(path: Path) -> str:
         raise _not_utf8(path, data, e) from None
 
 
-def _jsonl(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
-    rows = []
+def _jsonl(path: Path) -> Located:
     for n, line in enumerate(_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            yield f"{path}: line {n}", json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
-        rows.append(parse_row(row, prompt_key, answer_key, f"{path}: line {n}"))
-    return rows
 
 
-def _json_array(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
+def _json_array(path: Path) -> Located:
     try:
         data = json.loads(_text(path))
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON array of rows")
-    return [parse_row(row, prompt_key, answer_key, f"{path}: row {n}") for n, row in enumerate(data, 1)]
+    yield from ((f"{path}: row {n}", row) for n, row in enumerate(data, 1))
 
 
-def _parquet(path: Path, prompt_key: str, answer_key: str) -> list[PromptRow]:
-    import pyarrow.parquet as pq
+def _quiet_datasets():
+    """The datasets library with its progress bars and logs off: rank 0 prints one line per data
+    set, and a read that fails is one DataError (datasets would log it first)."""
+    import datasets
 
+    datasets.disable_progress_bars()
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
+    return datasets
+
+
+def _columns_checked(path: Path, columns: list[str], keys: tuple[str, str]) -> None:
+    for key in keys:
+        column = key.split(".")[0]
+        if key not in columns and column not in columns:
+            of = f" for '{key}'" if column != key else ""
+            raise DataError(f"{path}: no column '{column}'{of} (columns: {', '.join(columns)})")
+
+
+def _parquet(path: Path, files: list[Path], keys: tuple[str, str]) -> Located:
+    datasets = _quiet_datasets()
+    with tempfile.TemporaryDirectory(prefix="areal-hpc-datasets-") as cache:
+        try:
+            table = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split=TRAIN_SPLIT,
+                                          cache_dir=cache)
+        except Exception as e:  # pyarrow and datasets raise several types for unreadable files
+            reason = " ".join(str(e.__cause__ or e).split())[:REASON_CHARS]
+            raise DataError(f"{path}: not a readable Parquet file ({reason})") from None
+        _columns_checked(path, table.column_names, keys)
+        rows = table.to_list()
+    yield from ((f"{path}: row {n}", row) for n, row in enumerate(rows, 1))
+
+
+def _saved_dataset(path: Path, keys: tuple[str, str]) -> Located:
+    datasets = _quiet_datasets()
     try:
-        table = pq.read_table(path)
-    except Exception as e:  # pyarrow raises several types for unreadable files
-        raise DataError(f"{path}: not a readable Parquet file ({e})") from None
-    for key in (prompt_key, answer_key):
-        if key not in table.column_names:
-            raise DataError(f"{path}: no column '{key}' (columns: {', '.join(table.column_names)})")
-    columns = [prompt_key, answer_key] + [key for key in (SOURCE_KEY, EXTRA_KEY) if key in table.column_names]
-    return [
-        parse_row(row, prompt_key, answer_key, f"{path}: row {n}")
-        for n, row in enumerate(table.select(columns).to_pylist(), 1)
-    ]
+        saved = datasets.load_from_disk(str(path))
+    except Exception as e:  # a damaged directory raises from datasets, pyarrow or json
+        raise DataError(f"{path}: not a readable datasets directory ({str(e).splitlines()[0]})") from None
+    if isinstance(saved, datasets.DatasetDict):
+        if TRAIN_SPLIT not in saved:
+            raise DataError(f"{path}: a DatasetDict without a '{TRAIN_SPLIT}' split (splits: {', '.join(saved)});"
+                            f" point the path at the split's directory, e.g. {path / next(iter(saved))}")
+        saved = saved[TRAIN_SPLIT]
+    _columns_checked(path, saved.column_names, keys)
+    yield from ((f"{path}: row {n}", row) for n, row in enumerate(saved.to_list(), 1))
 
 
-def load_prompts(path: str | Path, prompt_key: str = "prompt", answer_key: str = "answer") -> list[PromptRow]:
-    """Rows of a .jsonl, .json or .parquet file; raises DataError naming the first bad row."""
-    path = Path(path)
+def _directory(path: Path, keys: tuple[str, str]) -> Located:
+    """A save_to_disk directory, or shards of one kind in name order (rows numbered in that order
+    for Parquet; JSON lines shards name their own file and line)."""
+    if (path / DATASET_FILE).is_file() or (path / DATASET_DICT_FILE).is_file():
+        return _saved_dataset(path, keys)
+    parquet, jsonl = sorted(path.glob("*.parquet")), sorted(path.glob("*.jsonl"))
+    if parquet and jsonl:
+        raise DataError(f"{path}: holds both *.parquet and *.jsonl shards; keep one kind per directory")
+    if parquet:
+        return _parquet(path, parquet, keys)
+    if jsonl:
+        return (located for shard in jsonl for located in _jsonl(shard))
+    raise DataError(f"{path}: a directory with no *.parquet or *.jsonl shards and not written by"
+                    " datasets' save_to_disk (no state.json or dataset_dict.json)")
+
+
+def _located_rows(path: Path, keys: tuple[str, str]) -> Located:
+    if path.is_dir():
+        return _directory(path, keys)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    readers = {".jsonl": _jsonl, ".json": _json_array, ".parquet": _parquet}
-    reader = readers.get(path.suffix)
-    if reader is None:
-        raise DataError(f"{path}: unknown format '{path.suffix}' (use {', '.join(readers)})")
-    rows = reader(path, prompt_key, answer_key)
+    if path.suffix == ".jsonl":
+        return _jsonl(path)
+    if path.suffix == ".json":
+        return _json_array(path)
+    if path.suffix == ".parquet":
+        return _parquet(path, [path], keys)
+    raise DataError(f"{path}: unknown format '{path.suffix}' (use .jsonl, .json, .parquet or a dataset directory)")
+
+
+def load_prompts(path: str | Path, data: DataConfig) -> list[PromptRow]:
+    """Rows of a file or dataset directory, read by data.layout and its keys; raises DataError
+    naming the first bad row."""
+    path = Path(path)
+    prompt_key, answer_key = keys = data.row_keys()
+    rows = [parse_row(row, prompt_key, answer_key, where) for where, row in _located_rows(path, keys)]
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
 
 
-def train_and_eval_prompts(data: DataConfig, seed: int) -> tuple[list[PromptRow], list[PromptRow]]:
-    """The training and held-out prompts of a DataConfig; the synthetic task fills unset paths."""
+# A held-out data set: its name (the file's stem) and its rows.
+HeldOutSet = tuple[str, list[PromptRow]]
+
+
+def train_and_eval_prompts(data: DataConfig, seed: int,
+                           eval_paths: list[str] | None = None) -> tuple[list[PromptRow], list[HeldOutSet]]:
+    """The training prompts and the held-out sets: `eval_paths` (eval.paths) if any, else
+    data.eval_path; the synthetic task fills unset paths."""
     train, held_out = make_splits(seed, data.synthetic_train_size, data.synthetic_eval_size)
 
-    def pick(path: str | None, synthetic: list[Problem]) -> list[PromptRow]:
-        if path is not None:
-            return load_prompts(path, data.prompt_key, data.answer_key)
-        return [PromptRow(p.prompt, p.answer) for p in synthetic]
+    def synthetic(problems: list[Problem]) -> list[PromptRow]:
+        return [PromptRow(p.prompt, p.answer) for p in problems]
 
-    return pick(data.train_path, train), pick(data.eval_path, held_out)
+    train_rows = load_prompts(data.train_path, data) if data.train_path is not None else synthetic(train)
+    paths = eval_paths or ([data.eval_path] if data.eval_path is not None else [])
+    if not paths:
+        return train_rows, [("synthetic", synthetic(held_out))]
+    return train_rows, [(Path(p).stem, load_prompts(p, data)) for p in paths]

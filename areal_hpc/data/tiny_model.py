@@ -1,4 +1,5 @@
-"""Build the tiny Qwen2 of the CPU profile as a Hugging Face directory (random weights).
+"""Build a tiny model of the CPU profile as a Hugging Face directory (random weights), of any
+supported family (config/hf.py FAMILIES); the CPU profile's own is a Qwen2.
 
 The directory is what a real checkpoint looks like (config.json, model.safetensors, tokenizer
 files), so the trainer's converter and vLLM load it through their real loading code.
@@ -15,9 +16,9 @@ from areal_hpc.data.tokenizer import EOS, train_tokenizer
 
 
 def build_tiny_model(model: ModelConfig, out_dir: str | Path, seed: int = 0) -> Path:
-    """Tokenizer trained on the arithmetic task + randomly initialised Qwen2 weights."""
+    """Tokenizer trained on the arithmetic task + randomly initialised weights of model.family."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -25,7 +26,8 @@ def build_tiny_model(model: ModelConfig, out_dir: str | Path, seed: int = 0) -> 
     train_tokenizer((p.prompt + p.solution for p in train), model.vocab_size, out)
     tok = AutoTokenizer.from_pretrained(str(out))
     eos = tok.convert_tokens_to_ids(EOS)
-    config = Qwen2Config(**hf_config_dict(model, bos_token_id=eos, eos_token_id=eos))
+    hf = hf_config_dict(model, bos_token_id=eos, eos_token_id=eos)
+    config = AutoConfig.for_model(hf.pop("model_type"), **hf)
     torch.manual_seed(seed)
-    Qwen2ForCausalLM(config).to(torch.float32).save_pretrained(str(out), safe_serialization=True)
+    AutoModelForCausalLM.from_config(config).to(torch.float32).save_pretrained(str(out), safe_serialization=True)
     return out

@@ -25,22 +25,27 @@ def summary_line(step: int, total: int, m: dict[str, float]) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, stream: TextIO | None = None) -> None:
+    """`speaker` starts every line, as the log format names each rank ("[rank 0 controller]")."""
+
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, stream: TextIO | None = None,
+                 speaker: str = "[rank 0 controller]") -> None:
         self.total = total
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        self.speaker = speaker
         self._bar = None
         if enabled and self.stream.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, initial=start, file=self.stream, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=total, initial=start, file=self.stream, unit="step", dynamic_ncols=True,
+                             desc=speaker)
 
     def update(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:
             return
         line = summary_line(step, self.total, metrics)
         if self._bar is None:
-            print(line, file=self.stream, flush=True)
+            print(f"{self.speaker} {line}", file=self.stream, flush=True)
             return
         self._bar.update(step - self._bar.n)
         self._bar.set_postfix_str(line.split(" | ", 1)[-1])
@@ -48,9 +53,9 @@ class Progress:
     def note(self, text: str) -> None:
         """A message that should not break the bar."""
         if self._bar is not None:
-            self._bar.write(text, file=self.stream)
+            self._bar.write(f"{self.speaker} {text}", file=self.stream)
         else:
-            print(text, file=self.stream, flush=True)
+            print(f"{self.speaker} {text}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
@@ -57,6 +59,8 @@ LABELS = {
     "trainer_idle_fraction": "trainer idle fraction",
     "generator_idle_fraction": "generator idle fraction",
     "staleness_max": "max staleness trained",
+    "eval_gain": "held-out accuracy gain",
+    "eval_gain_stderr": "its standard error (paired)",
 }
 
 
@@ -105,9 +109,62 @@ def plot(records: list[dict], path: str | Path, title: str) -> Path:
     return path
 
 
-def finish(run_dir: str | Path, records: list[dict], title: str) -> tuple[dict, Path]:
-    """Write summary.json and summary.png into the run directory and print the table."""
+@dataclass(frozen=True)
+class Gain:
+    """Held-out accuracy before and after, with the standard error of the paired difference: every
+    prompt is evaluated with the same seeds at both ends, so prompt difficulty cancels out."""
+
+    first: float
+    last: float
+    stderr: float
+    prompts: int
+
+    @property
+    def gain(self) -> float:
+        return self.last - self.first
+
+
+def paired_gain(first: dict[int, float], last: dict[int, float]) -> Gain | None:
+    """From each held-out prompt's accuracy at the first and the last evaluation (pure)."""
+    rows = sorted(first.keys() & last.keys())
+    if len(rows) < 2:
+        return None
+    diffs = [last[r] - first[r] for r in rows]
+    mu = mean(diffs)
+    var = sum((d - mu) ** 2 for d in diffs) / (len(diffs) - 1)
+    return Gain(mean(first[r] for r in rows), mean(last[r] for r in rows), math.sqrt(var / len(rows)), len(rows))
+
+
+def verdict(g: Gain | None) -> str:
+    """One sentence: did held-out accuracy rise beyond its standard error?"""
+    if g is None:
+        return "Held-out accuracy was not evaluated at two versions, so no verdict on learning."
+    change = f"from {g.first:.3f} to {g.last:.3f} ({g.gain:+.3f} +- {g.stderr:.3f} s.e., {g.prompts} prompts paired)"
+    if g.gain > g.stderr:
+        return f"Held-out accuracy rose {change}: beyond its standard error."
+    if g.gain < -g.stderr:
+        return f"Held-out accuracy fell {change}: beyond its standard error."
+    return f"Held-out accuracy went {change}: within its standard error, no clear change."
+
+
+def eval_accuracies(eval_dir: Path, correct: float) -> list[dict[int, float]]:
+    """Per evaluation file (eval/version-NNNNNN.jsonl, in version order): each row's accuracy."""
+    out = []
+    for path in sorted(eval_dir.glob("version-*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out.append({r["row"]: mean(x >= correct for x in r["rewards"]) for r in rows if r["rewards"]})
+    return out
+
+
+def finish(run_dir: str | Path, records: list[dict], title: str, correct: float) -> tuple[dict, Path]:
+    """Write summary.json and summary.png into the run directory, print the table and the verdict."""
+    run_dir = Path(run_dir)
     summary = summarize(records)
-    (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
+    evals = eval_accuracies(run_dir / "eval", correct)
+    gain = paired_gain(evals[0], evals[-1]) if len(evals) >= 2 else None
+    if gain is not None:
+        summary.update(eval_gain=gain.gain, eval_gain_stderr=gain.stderr)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1))
     print_table(summary, title)
-    return summary, plot(records, Path(run_dir) / PLOT_FILE, title)
+    print(verdict(gain), flush=True)
+    return summary, plot(records, run_dir / PLOT_FILE, title)

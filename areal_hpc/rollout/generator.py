@@ -33,6 +33,7 @@ import numpy as np
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import UserError
 from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferError
+from areal_hpc.wire.device import device_of
 from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory
 
 INTERRUPT_MODES = ("abort", "keep", "wait")
@@ -68,14 +69,6 @@ class WeightUpdate:
     checksums: dict[str, str]
 
 
-def _device(cfg: ExperimentConfig) -> str:
-    if cfg.device != "auto":
-        return cfg.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 # vLLM's CPU backend binds an engine's worker threads to the cores this variable names.
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
@@ -107,7 +100,7 @@ class Generator:
         self.cfg = cfg
         self.model_dir = str(model_dir)
         self.mode = mode
-        self.device = _device(cfg)
+        self.device = device_of(cfg)
         self.cpu_core = cpu_core
         self._version = version
         self._engine = None
@@ -291,12 +284,13 @@ class Generator:
     async def init_weight_group(self, host: str, port: int, world_size: int, rank_offset: int) -> None:
         """Join one weight group as ranks rank_offset .. rank_offset + tp - 1 (one per vLLM worker).
 
-        Blocks until the group's sender (WeightSender) and every other member joined. Call once
-        per trainer pipeline stage, in stage order, on every generator.
+        Blocks until the group's sender (WeightSender) and every other member joined, at most
+        startup_timeout_s. Call once per trainer pipeline stage, in stage order, on every generator.
         """
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
-        info = {"host": host, "port": port, "world_size": world_size, "rank_offset": rank_offset}
+        info = {"host": host, "port": port, "world_size": world_size, "rank_offset": rank_offset,
+                "timeout_s": self.cfg.startup_timeout_s}
         await self._engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
 
     async def update_weights(self, version: int) -> WeightUpdate:

@@ -35,12 +35,14 @@ ENGINE_BACKENDS = {"gloo": "gloo", "areal_nccl": "nccl"}
 
 @dataclass
 class WeightGroupInfo(WeightTransferInitInfo):
-    """Where one weight group meets: its sender's address and this generator's first rank in it."""
+    """Where one weight group meets: its sender's address and this generator's first rank in it,
+    and how long joining may wait for the other members (startup_timeout_s)."""
 
     host: str
     port: int
     world_size: int
     rank_offset: int
+    timeout_s: float
 
 
 @dataclass
@@ -87,7 +89,8 @@ class GroupWeightTransferEngine(WeightTransferEngine[WeightGroupInfo, WeightUpda
     def init_transfer_engine(self, init_info: WeightGroupInfo) -> None:
         pc = self.parallel_config
         rank = init_info.rank_offset + pc.data_parallel_index * pc.world_size + pc.rank
-        self._links.append(Link(self._transport, init_info.host, init_info.port, rank, init_info.world_size))
+        self._links.append(Link(self._transport, init_info.host, init_info.port, rank, init_info.world_size,
+                                init_info.timeout_s))
 
     def start_weight_update(self) -> None:
         """Nothing to prepare: the reload starts only after every receiver accepted the headers."""

@@ -13,10 +13,18 @@ other ranks are the vLLM workers of every generator. One update over one group:
 This module is torch-only so a trainer rank can send without importing vLLM; the receiving vLLM
 engine is areal_hpc/rollout/weight_receiver.py. The transport is a gloo group on CPU and vLLM's
 NCCL communicator on GPU (the one vLLM's own NCCL weight-transfer engine uses).
+
+Joining a group waits for every member: the sender as soon as its trainer has loaded the model, a
+generator only once its engine has started, minutes later on GPUs. vLLM's helper for the NCCL
+group (weight_transfer/nccl_common.py stateless_init_process_group) makes its TCP store with
+StatelessProcessGroup.create's default store_timeout of 300 s, after which the sender's store
+gives up on the members still missing; so `Link` makes that store itself with the run's
+startup_timeout_s, the deadline by which the controller names a rank that is not ready.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,6 +38,8 @@ from areal_hpc.errors import UserError
 _WORDS_PER_ROW = 4096
 _MASK64 = (1 << 64) - 1
 BACKENDS = ("gloo", "nccl")
+# Seconds joining a group waits when the caller names no deadline: startup_timeout_s's default.
+DEFAULT_TIMEOUT_S = 1800.0
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 # Names listed in full in a refusal before the rest are counted.
 _LISTED = 5
@@ -164,10 +174,34 @@ def _last_word(tail: torch.Tensor) -> torch.Tensor:
     return padded.view(torch.int64)
 
 
-class Link:
-    """One weight group seen from one member: broadcast from rank 0 and a sum over all members."""
+def rendezvous(host: str, port: int, rank: int, world_size: int, timeout_s: float):
+    """vLLM's StatelessProcessGroup over a TCP store at host:port (rank 0 its server) once all
+    `world_size` members joined, each waiting at most `timeout_s`: the NCCL link's bootstrap.
 
-    def __init__(self, backend: str, host: str, port: int, rank: int, world_size: int) -> None:
+    The store is made here rather than by StatelessProcessGroup.create, which fixes its wait and,
+    when the wait ends, hides torch's "timed out waiting for clients" behind an EBADF of its own
+    (distributed/utils.py create_tcp_store closes a descriptor the store already closed)."""
+    from torch.distributed import TCPStore
+    from vllm.distributed.utils import StatelessProcessGroup
+
+    try:
+        store = TCPStore(host_name=host, port=port, world_size=world_size, is_master=rank == 0,
+                         timeout=datetime.timedelta(seconds=timeout_s), use_libuv=False)
+    except RuntimeError as e:  # torch's DistStoreError and its connection errors
+        first = str(e).splitlines()[0]  # torch appends its C++ stack
+        raise WeightTransferError(f"weight group at {host}:{port}, rank {rank} of {world_size}: {first}") from e
+    return StatelessProcessGroup(rank=rank, world_size=world_size, store=store)
+
+
+class Link:
+    """One weight group seen from one member: broadcast from rank 0 and a sum over all members.
+
+    `timeout_s`: how long joining waits for the other members (runs pass startup_timeout_s); on
+    gloo also the deadline of each collective, as in torch.distributed.
+    """
+
+    def __init__(self, backend: str, host: str, port: int, rank: int, world_size: int,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"weight-transfer backend {backend!r}: must be one of {BACKENDS}")
         self.backend = backend
@@ -175,13 +209,17 @@ class Link:
             from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
             self.device = torch.device("cpu")
-            self._pg = stateless_init_torch_distributed_process_group(host, port, rank, world_size, "gloo")
+            self._pg = stateless_init_torch_distributed_process_group(
+                host, port, rank, world_size, "gloo", timeout=datetime.timedelta(seconds=timeout_s))
         else:
-            from vllm.distributed.weight_transfer.nccl_common import stateless_init_process_group
+            from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+            from vllm.utils.nccl import unpinned_nccl_env
 
             index = torch.accelerator.current_device_index()
             self.device = torch.device("cuda", index)
-            self._comm = stateless_init_process_group(host, port, rank, world_size, index)
+            group = rendezvous(host, port, rank, world_size, timeout_s)
+            with unpinned_nccl_env():  # as nccl_common.stateless_init_process_group does
+                self._comm = PyNcclCommunicator(group, device=index)
 
     def broadcast(self, t: torch.Tensor) -> Callable[[], None]:
         """Start broadcasting `t` from rank 0; returns the wait (which keeps `t` alive)."""
@@ -253,13 +291,14 @@ class WeightSender:
     """Rank 0 of one weight group: a trainer pipeline-stage leader pushing its stage's weights.
 
     The constructor blocks until every receiver (`world_size - 1` vLLM workers, who join through
-    `Generator.init_weight_group`) has joined.
+    `Generator.init_weight_group`) has joined, at most `timeout_s` (see Link).
     """
 
-    def __init__(self, host: str, port: int, world_size: int, backend: str = "gloo") -> None:
+    def __init__(self, host: str, port: int, world_size: int, backend: str = "gloo",
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if world_size < 2:
             raise ValueError(f"weight group world_size = {world_size}: needs the sender and >= 1 receiver")
-        self._link = Link(backend, host, port, 0, world_size)
+        self._link = Link(backend, host, port, 0, world_size, timeout_s)
         # Seconds of the last send from the receivers' acceptance to the last bucket on the wire.
         self.transfer_s = 0.0
 

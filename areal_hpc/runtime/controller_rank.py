@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from areal_hpc.config.load import save_config
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.controller import checkpoint as ckpt
 from areal_hpc.controller.scheduler import (
@@ -37,6 +38,7 @@ from areal_hpc.controller.scheduler import (
     WeightsVerified,
 )
 from areal_hpc.controller.watchdog import CHECKPOINT, GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Watchdog
+from areal_hpc.evaluation.metrics import ks_for, pass_at_k
 from areal_hpc.metrics import report
 from areal_hpc.metrics.batch import accuracy, batch_stats, source_stats
 from areal_hpc.metrics.clock import BusyClock
@@ -46,6 +48,7 @@ from areal_hpc.metrics.writer import MetricsWriter
 from areal_hpc.runtime.failure import abort_job, describe
 from areal_hpc.runtime.preflight import Prompts
 from areal_hpc.runtime.trainer_commands import TrainerCommands
+from areal_hpc.trainer.hf_checkpoint import write_tokenizer
 from areal_hpc.wire.layout import generator_ranks, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.messages import (
@@ -79,7 +82,8 @@ TRAINER = "the trainer"
 def policy_of(cfg: ExperimentConfig) -> Policy:
     r = cfg.rollout
     return Policy(r.eta, r.batch_prompts, r.group_size, r.max_concurrent, r.staleness_gate, cfg.total_steps,
-                  cfg.eval_interval, cfg.checkpoint.interval_steps, cfg.trainer.pp, cfg.seed)
+                  eval_interval=cfg.eval_interval, eval_samples=cfg.eval.n or 0, checkpoint_interval=cfg.checkpoint.interval_steps,
+                  hf_interval=cfg.checkpoint.hf_interval, stages=cfg.trainer.pp, seed=cfg.seed)
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Controller:
         self.generators = generator_ranks(cfg)
         self.counters: dict[str, float] = {"elapsed_s": 0.0, "trained_tokens": 0.0, "generated_tokens": 0.0}
         self.resumed = plan.resume_dir is not None
+        self.model_dir = Path(plan.model_dir)
         state = None
         if self.resumed:
             saved = ckpt.ControllerState.load(plan.resume_dir)
@@ -318,7 +323,7 @@ class Controller:
             elif isinstance(c, SyncFinished):
                 self.last_sync_s = self.now - self.sync_started.pop(c.version)
             elif isinstance(c, Checkpoint):
-                self._checkpoint(c.version)
+                self._checkpoint(c.version, c.hf)
                 self.watchdog.start(CHECKPOINT, TRAINER, str(self.ckpt_path), self.now)
             elif isinstance(c, EvalFinished):
                 self._on_eval_finished(c)
@@ -373,7 +378,11 @@ class Controller:
             req = GenerateRequest(c.prompt_id, p.train_ids[c.row], r.group_size, sampling,
                                   p.train_references[c.row], p.train[c.row].data_source)
         else:
-            req = GenerateRequest(c.prompt_id, p.held_out_ids[c.row], r.group_size, sampling,
+            e = self.cfg.eval
+            sampling = SamplingParams(e.max_new_tokens or r.max_new_tokens,
+                                      r.temperature if e.temperature is None else e.temperature,
+                                      r.top_p if e.top_p is None else e.top_p, r.top_k, c.seed)
+            req = GenerateRequest(c.prompt_id, p.held_out_ids[c.row], e.n or r.group_size, sampling,
                                   p.held_out_references[c.row], p.held_out[c.row].data_source)
         self.chan.send(c.generator, req)
 
@@ -396,14 +405,44 @@ class Controller:
             "eval_accuracy": acc,
             "eval_reward_mean": sum(t.reward for t in ev.results) / n,
             "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
+            **self._eval_pass_at_k(ev.results),
+            **self._eval_sets(ev),
             **source_stats(ev.results, self.cfg.reward.correct, prefix="eval_source/"),
         }
         self.metrics.write(ev.version, record)
         self._write_eval_samples(ev)
+        widest = max((k for k in record if k.startswith("eval_pass@")), key=lambda k: int(k.split("@")[1]))
         self.progress.note(
-            f"held-out accuracy at version {ev.version}: {acc:.3f}"
-            f" ({len(self.prompts.held_out)} prompts x {self.cfg.rollout.group_size} samples)"
+            f"held-out accuracy at version {ev.version}: {acc:.3f}, {widest.removeprefix('eval_')}"
+            f" {record[widest]:.3f} ({len(self.prompts.held_out)} prompts x {self.cfg.eval.n or self.cfg.rollout.group_size}"
+            " samples)"
         )
+
+    def _eval_pass_at_k(self, results: list, prefix: str = "eval_") -> dict[str, float]:
+        """pass@k for k = 1, 2, 4, ... n (the unbiased estimator of `areal-hpc eval`): how far
+        sampling k answers beats one, the headroom RL turns into pass@1."""
+        correct: dict[int, list[bool]] = {}
+        for t in results:
+            correct.setdefault(t.prompt_id, []).append(t.reward >= self.cfg.reward.correct)
+        n = min(len(c) for c in correct.values())
+        return {f"{prefix}pass@{k}": sum(pass_at_k(len(c), sum(c), k) for c in correct.values()) / len(correct)
+                for k in ks_for(n)}
+
+    def _eval_sets(self, ev: EvalFinished) -> dict[str, float]:
+        """With several held-out sets (eval.paths), each one's accuracy and pass@k."""
+        sets = self.prompts.held_out_sets
+        if len(sets) < 2:
+            return {}
+        out: dict[str, float] = {}
+        start = 0
+        for name, size in sets:
+            rows = range(start, start + size)
+            results = [t for t in ev.results if -1 - t.prompt_id in rows]
+            start += size
+            if results:
+                out[f"eval_set/{name}/accuracy"] = accuracy(results, self.cfg.reward.correct)
+                out.update(self._eval_pass_at_k(results, f"eval_set/{name}/"))
+        return out
 
     def _write_eval_samples(self, ev: EvalFinished) -> None:
         """Per held-out prompt: its rewards and response lengths, for analysis after the run."""
@@ -420,14 +459,18 @@ class Controller:
 
     # ---- checkpoints ----------------------------------------------------------------------
 
-    def _checkpoint(self, version: int) -> None:
-        """Trainer part and controller state of `version`; complete once both exist."""
+    def _checkpoint(self, version: int, hf: bool) -> None:
+        """Trainer part (with `hf`, also its Hugging Face export), controller state, the config and
+        the tokenizer of `version`; complete once all exist. The config and the tokenizer make the
+        checkpoint exportable on its own (`areal-hpc export-hf`)."""
         path = ckpt.step_dir(ckpt.root_dir(self.cfg), version)
         shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier run must not count
         path.mkdir(parents=True)
-        self.trainers.command(SaveCheckpoint(str(path), version))
+        self.trainers.command(SaveCheckpoint(str(path), version, hf))
         state = self.sched.state_dict()
         ckpt.ControllerState(version=version, counters=dict(self.counters), **state).save(path)
+        save_config(self.cfg, ckpt.config_file(path))
+        write_tokenizer(ckpt.tokenizer_dir(path), Path(self.cfg.model.tokenizer_path or self.model_dir), self.model_dir)
         self.ckpt_path = path
 
     def _on_checkpoint_saved(self, saved: CheckpointSaved) -> None:
@@ -458,6 +501,7 @@ class Controller:
         self.progress.close()
         self.metrics.close()
         records = read_records(self.run_dir / "metrics.jsonl")
-        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}")
+        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}",
+                                     self.cfg.reward.correct)
         print(f"metrics: {self.run_dir / 'metrics.jsonl'}\nplot: {png}", flush=True)
         return code

@@ -3,17 +3,29 @@
 Requests are submitted as they arrive; every finished sample is scored by the reward pool as soon
 as it finishes (overlapping generation) and sent to the controller. A weight update is awaited in
 place, so every request that arrives after UpdateWeights(v) is generated with version >= v.
+
+Before anything else the rank narrows CUDA_VISIBLE_DEVICES to its GPUs of the rank plan
+(`bind_gpus`): every task of a SLURM step sees all of its node's GPUs, and vLLM starts an engine
+on the first tensor_parallel_size of those it sees, so without it every engine of a rollout node
+would share GPUs 0..tp-1. The environment, rather than srun --gpus-per-task, because the
+controller shares component 0 with the trainers and needs no GPU (one srun line cannot give the
+tasks of one component different GPU counts), and because mpiexec runs need it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from collections.abc import MutableMapping
 
+from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.errors import ConfigError
 from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import fault
-from areal_hpc.wire.layout import CONTROLLER_RANK, Role
+from areal_hpc.slurm.hetjob import placements
+from areal_hpc.wire.layout import CONTROLLER_RANK, Role, generator_ranks, generator_visible_devices
 from areal_hpc.wire.messages import (
     GenerateRequest,
     LaunchPlan,
@@ -134,5 +146,26 @@ class GeneratorRank:
                 raise RuntimeError(f"generator {self.index}: unexpected message {msg!r:.200}")
 
 
+def bind_gpus(cfg: ExperimentConfig, index: int, env: MutableMapping[str, str]) -> str | None:
+    """Set CUDA_VISIBLE_DEVICES in `env` to generator `index`'s GPUs of the plan; returns the value
+    set (None on the CPU profile, where nothing changes). Under srun the task's node-local id must
+    be the plan's slot, or the plan's GPUs would be another task's."""
+    p = placements(cfg)[generator_ranks(cfg)[index]]
+    value = generator_visible_devices(p, env.get("CUDA_VISIBLE_DEVICES"))
+    if value is None:
+        return None
+    slot = p.gpus[0] // len(p.gpus)
+    local = env.get("SLURM_LOCALID")
+    if local is not None and int(local) != slot:
+        raise ConfigError(f"generator {index} (MPI rank {p.rank}) is task {local} of its node but the rank"
+                          f" plan puts it in slot {slot} (GPUs {','.join(map(str, p.gpus))}): the job's"
+                          " placement differs from `areal-hpc slurm plan`")
+    env["CUDA_VISIBLE_DEVICES"] = value
+    return value
+
+
 def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
+    seen = bind_gpus(plan.config, index, os.environ)
+    if seen is not None:
+        log.info("generator %d: CUDA_VISIBLE_DEVICES=%s", index, seen)
     asyncio.run(GeneratorRank(plan, chan, index).main())

@@ -9,21 +9,25 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from areal_hpc.config.hf import read_hf_config, shape_mismatches
 from areal_hpc.config.load import load_config
-from areal_hpc.config.schema import ExperimentConfig, RewardConfig
+from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.config.validate import check_world
 from areal_hpc.controller.checkpoint import resume_from
-from areal_hpc.data.prompts import DataError, PromptRow, train_and_eval_prompts
+from areal_hpc.data.chat import left_out, load_tokenizer, render
+from areal_hpc.data.prompts import PromptRow, train_and_eval_prompts
 from areal_hpc.errors import UserError
-from areal_hpc.reward.code_tests import TestFormatError, parse_tests
-from areal_hpc.reward.custom import CallFailed, call, load_function
-from areal_hpc.reward.task import CodeReference, CustomReference, MathReference, Reference, kind_of
+from areal_hpc.reward.references import references
+from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import run_lock
 from areal_hpc.wire.messages import LaunchPlan
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -37,6 +41,8 @@ class Prompts:
     held_out: list[PromptRow]
     held_out_ids: list[np.ndarray]
     held_out_references: list[Reference]
+    # The held-out data sets in order, each (name, rows): held_out is their concatenation.
+    held_out_sets: list[tuple[str, int]]
 
 
 def model_dir_of(cfg: ExperimentConfig) -> Path:
@@ -53,103 +59,15 @@ def model_dir_of(cfg: ExperimentConfig) -> Path:
     return path
 
 
-def tokenize(rows: list[PromptRow], tokenizer_dir: Path, max_len: int, what: str) -> list[np.ndarray]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    ids = tok([r.prompt for r in rows], add_special_tokens=False)["input_ids"]
-    for n, row_ids in enumerate(ids, 1):
-        if len(row_ids) > max_len:
-            raise DataError(
-                f"{what}: row {n}: the prompt has {len(row_ids)} tokens, more than"
-                f" rollout.max_prompt_len = {max_len}"
-            )
-    return [np.asarray(row_ids, dtype=np.int32) for row_ids in ids]
-
-
-# Bad references named in the error before the count of the rest.
-SHOWN_PROBLEMS = 5
-# Distinct references from which the check says what it is doing (0.5-3 ms each).
-PROGRESS_REFERENCES = 5000
-
-
-# Rows with their 1-based row numbers in the file (the numbers errors name).
-Numbered = list[tuple[int, PromptRow]]
-
-
-def _refuse(total: int, bad: list[str], problem: str, what: str) -> DataError:
-    more = f"; and {len(bad) - SHOWN_PROBLEMS} more rows" if len(bad) > SHOWN_PROBLEMS else ""
-    return DataError(f"{what}: {len(bad)} of {total} rows have {problem}: " + "; ".join(bad[:SHOWN_PROBLEMS]) + more)
-
-
-def references(rows: list[PromptRow], reward: RewardConfig, what: str) -> list[Reference]:
-    """Every row's reward reference, built once for the whole run: generators score each sample
-    with it as it comes. Each row is scored by its data source's kind (reward.by_source, else
-    reward.kind). A reference that would score every response wrong, silently, for the whole run
-    (code tests that do not parse, a math answer math-verify finds no expression in, a custom
-    function that does not import or fails) refuses the launch now, naming its rows."""
-    routed: dict[str, Numbered] = {}
-    for n, row in enumerate(rows, 1):
-        routed.setdefault(kind_of(row.data_source, reward), []).append((n, row))
-    refs: dict[int, Reference] = {}
-    for kind, numbered in routed.items():
-        if kind == "code":
-            refs.update(_code_references(numbered, len(rows), what))
-        elif kind == "custom":
-            refs.update(_custom_references(numbered, reward, what))
-        else:
-            _check_math_references(numbered, len(rows), reward.timeout_s, what)
-            refs.update((n, MathReference(row.answer)) for n, row in numbered)
-    return [refs[n] for n in range(1, len(rows) + 1)]
-
-
-def _code_references(numbered: Numbered, total: int, what: str) -> dict[int, Reference]:
-    refs: dict[int, Reference] = {}
-    bad = []
-    for n, row in numbered:
-        try:
-            refs[n] = CodeReference(parse_tests(row.answer, f"row {n}"))
-        except TestFormatError as e:
-            bad.append(str(e))
-    if bad:
-        raise _refuse(total, bad, "unusable tests", what)
-    return refs
-
-
-def _custom_references(numbered: Numbered, reward: RewardConfig, what: str) -> dict[int, Reference]:
-    """The function is imported and called once here, on the first of these rows with its ground
-    truth as the response, so a typo or a function that cannot run fails the launch, not every
-    sample of the run."""
-    fn = load_function(str(reward.function))
-    refs: dict[int, Reference] = {n: CustomReference(row.data_source, row.answer, row.extra_info or {})
-                                  for n, row in numbered}
-    n, row = numbered[0]
-    try:
-        call(fn, refs[n].task(row.answer), reward.timeout_s)
-    except CallFailed as e:
-        raise UserError(f"reward.function = {reward.function!r}: called on row {n} of {what} (data_source"
-                        f" {row.data_source!r}, its ground truth as the response), it {e}") from None
-    return refs
-
-
-def _check_math_references(numbered: Numbered, total: int, timeout_s: float, what: str) -> None:
-    """Name the math references that math-verify cannot parse. Each distinct reference is parsed
-    once (0.5-3 ms)."""
-    from areal_hpc.reward.math_check import reference_problem
-
-    distinct = len({row.answer for _, row in numbered})
-    if distinct >= PROGRESS_REFERENCES:
-        print(f"rank 0 (controller): checking {distinct} distinct reference answers of {what}"
-              f" (about {distinct * 0.001:.0f} s)", file=sys.stderr, flush=True)
-    verdicts: dict[str, str | None] = {}
-    bad = []
-    for n, row in numbered:
-        if row.answer not in verdicts:
-            verdicts[row.answer] = reference_problem(row.answer, timeout_s)
-        if verdicts[row.answer] is not None:
-            bad.append(f"row {n}: {verdicts[row.answer]}")
-    if bad:
-        raise _refuse(total, bad, "an unusable reference answer", what)
+def fitting(rows: list[PromptRow], refs: list[Reference], tokenizer: PreTrainedTokenizerBase,
+            cfg: ExperimentConfig, what: str) -> tuple[list[PromptRow], list[np.ndarray], list[Reference]]:
+    """The rows whose rendered prompt fits rollout.max_prompt_len, their token ids and references;
+    the others are left out (data.overlong: filter) and counted in one line."""
+    rendered = render(rows, tokenizer, cfg.data, cfg.rollout.max_prompt_len, what)
+    if rendered.filtered:
+        print(f"rank 0 (controller): {left_out(Path(what).name, len(rows), rendered.filtered)}", file=sys.stderr,
+              flush=True)
+    return [rows[i] for i in rendered.kept], rendered.ids, [refs[i] for i in rendered.kept]
 
 
 def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
@@ -158,18 +76,21 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     if problems:
         raise UserError("; ".join(problems))
     run_lock.hold(cfg.logging.dir)  # before anything reads or prunes its checkpoints
-    train, held_out = train_and_eval_prompts(cfg.data, cfg.seed)
+    train, held_out_sets = train_and_eval_prompts(cfg.data, cfg.seed, cfg.eval.paths)
     train_what = cfg.data.train_path or "synthetic training prompts"
-    held_out_what = cfg.data.eval_path or "synthetic held-out prompts"
+    eval_whats = cfg.eval.paths or [cfg.data.eval_path or "synthetic held-out prompts"]
     train_refs = references(train, cfg.reward, train_what)
-    held_out_refs = references(held_out, cfg.reward, held_out_what)
+    held_out_refs = [references(rows, cfg.reward, what) for (_, rows), what in zip(held_out_sets, eval_whats, strict=True)]
     model_dir = model_dir_of(cfg)
-    tok_dir = Path(cfg.model.tokenizer_path or model_dir)
-    max_len = cfg.rollout.max_prompt_len
-    prompts = Prompts(
-        train, tokenize(train, tok_dir, max_len, train_what), train_refs,
-        held_out, tokenize(held_out, tok_dir, max_len, held_out_what), held_out_refs,
-    )
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
+    train, train_ids, train_refs = fitting(train, train_refs, tokenizer, cfg, train_what)
+    prompts = Prompts(train, train_ids, train_refs, [], [], [], [])
+    for (name, rows), refs, what in zip(held_out_sets, held_out_refs, eval_whats, strict=True):
+        rows, ids, refs = fitting(rows, refs, tokenizer, cfg, what)
+        prompts.held_out += rows
+        prompts.held_out_ids += ids
+        prompts.held_out_references += refs
+        prompts.held_out_sets.append((name, len(rows)))
     resume = resume_from(cfg)
     plan = LaunchPlan(cfg, str(model_dir), None if resume is None else str(resume))
     return plan, prompts

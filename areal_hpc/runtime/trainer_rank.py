@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from areal_hpc.controller.checkpoint import trainer_dir
+from areal_hpc.controller.checkpoint import hf_dir, trainer_dir
 from areal_hpc.runtime import fault
 from areal_hpc.runtime.broadcast import broadcast, group_comm
+from areal_hpc.wire.device import device_of
 from areal_hpc.wire.layout import CONTROLLER_RANK, Role, replica_ranks, trainer_ranks
 from areal_hpc.wire.messages import (
     CheckpointSaved,
@@ -35,12 +36,17 @@ from areal_hpc.wire.transport import Channel
 log = logging.getLogger(__name__)
 
 
+def _address(plan: LaunchPlan) -> str:
+    """Where this rank's listeners meet the other nodes: the interface that reaches rank 0."""
+    return node_address(plan.config.cluster.network_interface, toward=plan.lifeline[0])
+
+
 def _join_trainer_group(plan: LaunchPlan, chan: Channel, index: int) -> None:
     from areal_hpc.trainer.parallel import init_trainer_world
 
     ranks = trainer_ranks(plan.config)
     if index == 0:
-        address = TrainerGroupAddress(node_address(), free_port())
+        address = TrainerGroupAddress(_address(plan), free_port())
         for r in ranks[1:]:
             chan.send(r, address)
     else:
@@ -51,14 +57,13 @@ def _join_trainer_group(plan: LaunchPlan, chan: Channel, index: int) -> None:
 def _weight_sender(plan: LaunchPlan, chan: Channel, stage: int):
     """Announce this stage's weight group to the controller, then wait for the generators to join."""
     from areal_hpc.rollout.weight_transfer import WeightSender
-    from areal_hpc.trainer.parallel import resolve_device
 
     cfg = plan.config
     world = 1 + cfg.generator.count * cfg.generator.tensor_parallel_size
-    address = WeightGroupAddress(stage, node_address(), free_port(), world)
+    address = WeightGroupAddress(stage, _address(plan), free_port(), world)
     chan.send(CONTROLLER_RANK, address)
-    backend = "nccl" if resolve_device(cfg) == "cuda" else "gloo"
-    return WeightSender(address.host, address.port, world, backend)
+    backend = "nccl" if device_of(cfg) == "cuda" else "gloo"
+    return WeightSender(address.host, address.port, world, backend, timeout_s=cfg.startup_timeout_s)
 
 
 def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
@@ -102,6 +107,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
                     pass
         elif isinstance(msg, SaveCheckpoint):
             engine.save_checkpoint(trainer_dir(msg.path))
+            if msg.hf:  # before CheckpointSaved, so the files are in the checkpoint's manifest
+                engine.export_hf(hf_dir(msg.path), source_dir=plan.model_dir)
             if index == 0:
                 chan.send(CONTROLLER_RANK, CheckpointSaved(msg.path))
         elif isinstance(msg, Shutdown):

@@ -17,33 +17,26 @@ import os
 import signal
 import sys
 import traceback
-import warnings
 
 from areal_hpc.errors import UserError
+from areal_hpc.metrics.library_logs import quiet_libraries
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
 from areal_hpc.wire.layout import Role, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.lifeline import hold as hold_lifeline
 from areal_hpc.wire.messages import LaunchPlan, Shutdown
+from areal_hpc.wire.network import node_address, socket_env
 from areal_hpc.wire.transport import Channel
 
 USER_ERROR_EXIT = 2
-
-
-# Libraries whose INFO output and import-time warnings drown the run's own lines; shown at DEBUG.
-QUIET = ("megatron", "torch.distributed", "vllm", "transformers")
 
 
 def _logging(level: str, rank: int, role: str) -> None:
     logging.basicConfig(
         level=level, format=f"%(asctime)s [rank {rank} {role}] %(name)s: %(message)s", force=True
     )
-    if level == "DEBUG":
-        return
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read by vLLM and its engine processes
-    for name in QUIET:
-        logging.getLogger(name).setLevel(logging.WARNING)
-        warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")
+    if level != "DEBUG":
+        quiet_libraries()
 
 
 def _worker_signals() -> None:
@@ -58,21 +51,28 @@ def _worker_signals() -> None:
 
 
 def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
+    from areal_hpc.runtime import fault
     from areal_hpc.runtime.preflight import preflight
 
     try:
+        fault.check(Role.CONTROLLER, 0, "preflight")
         plan, prompts = preflight(config, overrides, chan.size)
+        # Listens on cluster.network_interface: an interface missing here refuses the launch.
+        lifelines = LifelineServer(range(1, chan.size), interface=plan.config.cluster.network_interface)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         for rank in range(1, chan.size):
             chan.send(rank, Shutdown("the launch was refused"))
         chan.flush()
         return USER_ERROR_EXIT
+    except BaseException as e:  # a bug, not bad input: the waiting ranks must not wait forever
+        traceback.print_exc()
+        abort_job(chan.comm, f"rank 0 ({Role.CONTROLLER}) failed before the launch: {reason_of(e)}")
+        raise
     _logging(plan.config.logging.level, 0, Role.CONTROLLER)
     # The prompts and the config live for the whole run: keep them out of every full garbage
     # collection, whose cost would otherwise grow with the data set on rank 0's event loop.
     gc.freeze()
-    lifelines = LifelineServer(range(1, chan.size))
     plan = dataclasses.replace(plan, lifeline=lifelines.address, lifeline_secret=lifelines.secret)
     for rank in range(1, chan.size):
         chan.send(rank, plan)
@@ -97,6 +97,9 @@ def _worker(chan: Channel) -> int:
     _logging(msg.config.logging.level, chan.rank, f"{role} {index}")
     hold_lifeline(msg.lifeline, msg.lifeline_secret, chan.rank, lambda: chan.shutdown_seen)
     try:
+        # Before any process group: gloo and NCCL read their interface when a group is made.
+        interface = msg.config.cluster.network_interface
+        os.environ.update(socket_env(interface, node_address(interface, toward=msg.lifeline[0]), os.environ))
         if role is Role.TRAINER:
             from areal_hpc.runtime import trainer_rank
 

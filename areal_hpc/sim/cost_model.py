@@ -27,15 +27,12 @@ class ModelShape:
     kv_heads: int
     vocab: int
     tied_embeddings: bool
+    head_dim: int
 
     @classmethod
     def from_config(cls, m: ModelConfig) -> ModelShape:
         return cls(m.num_layers, m.hidden_size, m.intermediate_size, m.num_attention_heads,
-                   m.num_query_groups, m.vocab_size, m.tie_word_embeddings)
-
-    @cached_property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+                   m.num_query_groups, m.vocab_size, m.tie_word_embeddings, m.head_size)
 
     @cached_property
     def q_dim(self) -> int:

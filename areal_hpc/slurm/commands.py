@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from areal_hpc.config.load import load_config
+from areal_hpc.sim.hardware import preset
 from areal_hpc.slurm.plan_report import describe
 from areal_hpc.slurm.render import render
 from areal_hpc.slurm.scaling import parse_context, strong_scaling_overrides
@@ -25,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("file")
     pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     pl.add_argument("--ranks", action="store_true", help="also print one line per rank")
+    pl.add_argument("--gpu", default="h800", help="GPU of the memory estimate: h800 (the paper's), h100 or h200")
     pl.set_defaults(func=_plan)
     sc = cmds.add_parser("scale", help="render the sbatch script of one strong-scaling point of a config")
     sc.add_argument("file")
@@ -52,7 +54,7 @@ def _emit(config: str, overrides: list[str], output: str | None) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    print(describe(load_config(args.file, args.overrides), ranks=args.ranks))
+    print(describe(load_config(args.file, args.overrides), ranks=args.ranks, hw=preset(args.gpu)))
     return 0
 
 

@@ -1,11 +1,14 @@
-"""The single weight mapping between Hugging Face Qwen2 tensors and Megatron TP/PP shards.
+"""The single weight mapping between Hugging Face tensors and Megatron TP/PP shards.
 
 Loading a checkpoint, exporting one and streaming weights to the generators all go through the
-rules here. Pure: names, shapes and tensor reshuffling, no I/O and no process groups.
+rules here. Pure: names, shapes and tensor reshuffling, no I/O and no process groups. One rule
+set serves every family (config/hf.py FAMILIES): the Qwen2, Qwen3 and Llama checkpoints name their
+tensors alike and differ only in what the ModelConfig says: q/k/v biases (qkv_bias), per-head q/k
+RMSNorm weights (qk_norm) and the head size (head_dim).
 
 A Rule ties one Megatron parameter of a pipeline stage to the Hugging Face tensors it is made of,
 and says how tensor parallelism cuts it:
-- "replicated": every TP rank holds the whole tensor (norm weights);
+- "replicated": every TP rank holds the whole tensor (norm weights, also the per-head q/k norms);
 - "rows" / "cols": split along dim 0 (column-parallel linears, vocabulary) / dim 1 (row-parallel);
 - "qkv": q, k and v fused per query group, [q heads of the group; k; v], groups split over TP;
 - "gate_up": SwiGLU gate and up projections, each split over TP, [gate shard; up shard].
@@ -55,7 +58,14 @@ def stage_rules(m: ModelConfig, pp_rank: int, pp_size: int, te_names: bool = Fal
             Rule(mg + norm1, (f"{hf}input_layernorm.weight",), "replicated"),
             Rule(mg + "self_attention.linear_qkv.weight",
                  tuple(f"{attn}{p}_proj.weight" for p in "qkv"), "qkv"),
-            Rule(mg + "self_attention.linear_qkv.bias", tuple(f"{attn}{p}_proj.bias" for p in "qkv"), "qkv"),
+        ]
+        if m.qkv_bias:
+            rules.append(Rule(mg + "self_attention.linear_qkv.bias",
+                              tuple(f"{attn}{p}_proj.bias" for p in "qkv"), "qkv"))
+        if m.qk_norm:
+            rules += [Rule(mg + f"self_attention.{p}_layernorm.weight", (f"{attn}{p}_norm.weight",), "replicated")
+                      for p in "qk"]
+        rules += [
             Rule(mg + "self_attention.linear_proj.weight", (f"{attn}o_proj.weight",), "cols"),
             Rule(mg + norm2, (f"{hf}post_attention_layernorm.weight",), "replicated"),
             Rule(mg + "mlp.linear_fc1.weight", (f"{hf}mlp.gate_proj.weight", f"{hf}mlp.up_proj.weight"), "gate_up"),
@@ -71,8 +81,8 @@ def stage_rules(m: ModelConfig, pp_rank: int, pp_size: int, te_names: bool = Fal
 
 
 def hf_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Hugging Face Qwen2 checkpoint of this shape must hold, with its shape."""
-    h, hn, f = m.hidden_size, m.head_dim, m.intermediate_size
+    """Every tensor a Hugging Face checkpoint of this shape and family must hold, with its shape."""
+    h, hn, f = m.hidden_size, m.head_size, m.intermediate_size
     q, kv = m.num_attention_heads * hn, m.num_query_groups * hn
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (m.vocab_size, h), "model.norm.weight": (h,)}
     if not m.tie_word_embeddings:
@@ -83,16 +93,18 @@ def hf_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
             p + "input_layernorm.weight": (h,),
             p + "post_attention_layernorm.weight": (h,),
             p + "self_attn.q_proj.weight": (q, h),
-            p + "self_attn.q_proj.bias": (q,),
             p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.k_proj.bias": (kv,),
             p + "self_attn.v_proj.weight": (kv, h),
-            p + "self_attn.v_proj.bias": (kv,),
             p + "self_attn.o_proj.weight": (h, q),
             p + "mlp.gate_proj.weight": (f, h),
             p + "mlp.up_proj.weight": (f, h),
             p + "mlp.down_proj.weight": (h, f),
         })
+        if m.qkv_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
+                           p + "self_attn.v_proj.bias": (kv,)})
+        if m.qk_norm:
+            shapes.update({p + "self_attn.q_norm.weight": (hn,), p + "self_attn.k_norm.weight": (hn,)})
     return shapes
 
 
@@ -130,7 +142,7 @@ def from_shards(rule: Rule, shards: list[torch.Tensor], m: ModelConfig) -> list[
         halves = [s.chunk(2, dim=0) for s in shards]
         return [torch.cat([g for g, _ in halves]), torch.cat([u for _, u in halves])]
     if rule.layout == "qkv":
-        hn = m.head_dim
+        hn = m.head_size
         q_rows = m.num_attention_heads // m.num_query_groups * hn
         per_rank = m.num_query_groups // len(shards)
         fused = torch.cat([s.reshape(per_rank, q_rows + 2 * hn, *s.shape[1:]) for s in shards])

@@ -2,9 +2,11 @@
 
 megatron-core assumes a GPU in a handful of places (measured in ../shared/notes/megatron-cpu.md).
 Each fix below names the megatron-core file:line it answers (paths under `megatron/core/`, line
-numbers of 0.16.1). Nothing here runs when CUDA is available: `apply()` and `seed()` return at
-once and `cuda_as_cpu()` is a no-op context, so the GPU profile runs megatron-core unchanged. The
-optimizer-state fixes (prime_optimizer_state, restore_adam_steps) answer the absence of Apex and
+numbers of 0.16.1). The layer is on exactly when the trainer's configured device resolves to the
+CPU (`wire/device.py` device_of; parallel.init_trainer_world then calls `apply()`), whether or not
+the machine has a GPU: until then `seed()` returns at once and `cuda_as_cpu()` is a no-op context,
+so the GPU profile runs megatron-core unchanged and `device: cpu` on a GPU machine mixes no
+devices. The optimizer-state fixes (prime_optimizer_state, restore_adam_steps) answer the absence of Apex and
 Transformer Engine, which is the CPU profile, and check exactly that.
 
 One more CPU difference lives in the layer spec rather than here: the local DotProductAttention
@@ -24,14 +26,16 @@ from torch.overrides import TorchFunctionMode
 _applied = False
 
 
-def needed() -> bool:
-    return not torch.cuda.is_available()
+def active() -> bool:
+    """Whether this process trains on the CPU through this layer (`apply()` was called)."""
+    return _applied
 
 
 def apply() -> None:
-    """Process-wide patches of `torch.cuda`; idempotent; call before building any Megatron module."""
+    """Process-wide patches of `torch.cuda`; idempotent; call before building any Megatron module,
+    on a trainer whose device is the CPU."""
     global _applied
-    if _applied or not needed():
+    if _applied:
         return
     # torch.cuda.current_device() is passed as `device=` when megatron allocates tensors:
     # models/common/embeddings/rotary_pos_embedding.py:162, pipeline_parallel/p2p_communication.py:321,
@@ -46,6 +50,14 @@ def apply() -> None:
     from megatron.core.pipeline_parallel import schedules
 
     schedules.torch = _CpuZerosTorch("torch")
+    # Activation recomputation (trainer.recompute) saves and restores the CUDA generator's state
+    # around each recomputed part: tensor_parallel/random.py:447 and :458 (_get_all_rng_states,
+    # _set_all_rng_states). There is none; the CPU generator and the tracker's states (the
+    # other two of those three) are what the CPU profile draws from.
+    from megatron.core.tensor_parallel import random as mrandom
+
+    mrandom._get_cuda_rng_state = lambda *args, **kwargs: torch.empty(0, dtype=torch.uint8)
+    mrandom._set_cuda_rng_state = lambda *args, **kwargs: None
     _applied = True
 
 
@@ -102,7 +114,7 @@ def seed(seed: int, tp_rank: int) -> None:
     tensor_parallel/random.py:422 (model_parallel_cuda_manual_seed) seeds CUDA generators; on CPU
     the default generator takes the data-parallel seed and the tracker the tensor-parallel one.
     """
-    if not needed():
+    if not active():
         return
     from megatron.core.tensor_parallel import random as mrandom
 
@@ -144,8 +156,8 @@ class _CudaAsCpu(TorchFunctionMode):
 
 
 def cuda_as_cpu() -> contextlib.AbstractContextManager:
-    """Context for megatron calls that name the CUDA device (see _CudaAsCpu); no-op with CUDA."""
-    return _CudaAsCpu() if needed() else contextlib.nullcontext()
+    """Context for megatron calls that name the CUDA device (see _CudaAsCpu); no-op on CUDA."""
+    return _CudaAsCpu() if active() else contextlib.nullcontext()
 
 
 def prime_optimizer_state(optimizer) -> None:

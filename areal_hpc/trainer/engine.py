@@ -12,8 +12,9 @@ A training step (the AReaL paper's decoupled PPO):
    each share is cut into packed, padding-free micro-batches (Algorithm 1);
 3. pi_prox: one no-grad forward pass over the replica's shares with the weights before the step;
 4. per minibatch: Megatron's forward-backward schedule (1F1B when pipelined) on the decoupled
-   PPO loss, normalised by the output tokens of the whole minibatch, then one optimizer step.
-The policy version then goes up by one.
+   PPO loss, normalised by the output tokens of the whole minibatch, then one optimizer step; an
+   fp16 step the loss scaler skips is run again under the lowered scale (trainer/loss_scale.py).
+The policy version then goes up by one: it counts applied updates only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -33,18 +35,22 @@ from areal_hpc.trainer import checkpoint, cpu_compat, hf_export
 from areal_hpc.trainer.batch_plan import dp_split
 from areal_hpc.trainer.convert import stage_rules, to_shard
 from areal_hpc.trainer.errors import BatchError, WeightsError
-from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
+from areal_hpc.trainer.hf_checkpoint import HFCheckpoint, read_token_ids
+from areal_hpc.trainer.logprobs import token_logprobs
+from areal_hpc.trainer.loss_scale import MIN_LOSS_SCALE, futile_skip
 from areal_hpc.trainer.microbatch import PackedMicroBatch, TokenSequence, pack
-from areal_hpc.trainer.model import DTYPES, build_gpt
+from areal_hpc.trainer.model import build_gpt, params_dtype
 from areal_hpc.trainer.packing import allocate_micro_batches
-from areal_hpc.trainer.parallel import rank_info, resolve_device
+from areal_hpc.trainer.parallel import rank_info
 from areal_hpc.trainer.ppo_loss import decoupled_ppo_terms, sft_loss_terms
+from areal_hpc.wire.device import device_of
 from areal_hpc.wire.messages import TrainShard, Trajectory
 
 # Sums reduced over ranks for the metrics of a step, and maxima.
 _SUMS = ("loss", "tokens", "clipped", "capped", "behav_weight", "approx_kl", "mismatch", "mismatch_tokens",
          "trajectories")
 _MAXES = ("behav_weight_max", "mismatch_max", "dp_tokens")
+_T = TypeVar("_T")
 
 
 class TrainEngine:
@@ -56,14 +62,14 @@ class TrainEngine:
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
         self.cfg = cfg
-        self.device = resolve_device(cfg)
+        self.device = device_of(cfg)
         self.ranks = rank_info()
         r = self.ranks
         self.model = build_gpt(cfg, self.device, r.first_stage, r.last_stage)
         self.rules = stage_rules(cfg.model, r.pp_rank, r.pp_size, te_names=self.device == "cuda")
         self._check_rules()
         t, o = cfg.trainer, cfg.optimizer
-        dtype = DTYPES[t.params_dtype]
+        dtype = params_dtype(cfg, self.device)
         with cpu_compat.cuda_as_cpu():
             self.ddp = DistributedDataParallel(
                 self.model.config,
@@ -78,6 +84,7 @@ class TrainEngine:
                     optimizer="adam", lr=o.lr, min_lr=o.lr, weight_decay=o.weight_decay,
                     adam_beta1=o.beta1, adam_beta2=o.beta2, adam_eps=o.eps, clip_grad=o.grad_clip,
                     bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16, params_dtype=dtype,
+                    initial_loss_scale=t.initial_loss_scale, min_loss_scale=MIN_LOSS_SCALE,
                     use_distributed_optimizer=t.distributed_optimizer,
                 ),
                 [self.ddp],
@@ -93,7 +100,6 @@ class TrainEngine:
         self.version = 0
         self.optimizer_steps = 0
         self._hf_source: Path | None = None
-        self._hf_token_ids: dict[str, int] = {}
 
     # ---------------------------------------------------------------- layout
 
@@ -156,7 +162,6 @@ class TrainEngine:
                 params[rule.megatron].copy_(shard)
         self.optimizer.reload_model_params()
         self._hf_source = path
-        self._hf_token_ids = {k: hf[k] for k in ("bos_token_id", "eos_token_id") if hf.get(k) is not None}
 
     def iter_hf_weights(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """This pipeline stage's full tensors by Hugging Face name, in buckets of ~bucket_bytes.
@@ -173,18 +178,23 @@ class TrainEngine:
         """What iter_hf_weights(bucket_bytes) yields on the stage leader, as meta tensors."""
         return hf_export.plan(self.model, self.rules, self.cfg.model, self.ranks, bucket_bytes)
 
-    def export_hf(self, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
-        """Write a Hugging Face directory (config, sharded safetensors + index, tokenizer files).
+    def export_hf(self, out_dir: str | Path, tokenizer_dir: str | Path | None = None,
+                  source_dir: str | Path | None = None) -> Path:
+        """Write a Hugging Face directory (config, generation config, sharded safetensors + index,
+        tokenizer files).
 
         Collective over all trainer ranks. Stage leaders write their own stage's files, so no rank
-        holds the whole model. Tokenizer files come from `tokenizer_dir`, else
-        cfg.model.tokenizer_path, else the directory given to load_hf.
+        holds the whole model. The special token ids come from `source_dir`, the Hugging Face
+        directory the run started from (default: the one given to load_hf; a resumed engine
+        loaded none). Tokenizer files come from `tokenizer_dir`, else cfg.model.tokenizer_path,
+        else that directory.
         """
-        source = tokenizer_dir or self.cfg.model.tokenizer_path or self._hf_source
-        dtype = DTYPES[self.cfg.trainer.params_dtype]
+        source = Path(source_dir) if source_dir is not None else self._hf_source
+        tokenizer = tokenizer_dir or self.cfg.model.tokenizer_path or source
+        dtype = params_dtype(self.cfg, self.device)
         return hf_export.export(
             Path(out_dir), self.iter_hf_weights(hf_export.EXPORT_BUCKET_BYTES), self.cfg.model, self.ranks,
-            dtype, self._hf_token_ids, Path(source) if source else None,
+            dtype, read_token_ids(source) if source else {}, Path(tokenizer) if tokenizer else None,
         )
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -241,14 +251,14 @@ class TrainEngine:
     # ---------------------------------------------------------------- forward / backward
 
     def _token_logprobs(self, output: torch.Tensor, mb: PackedMicroBatch) -> torch.Tensor:
-        """log pi(label) at every position, from vocab-parallel logits [1, T, V/tp]."""
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+        """log pi(label) at every position, from vocab-parallel logits [1, T, V/tp], in chunks of
+        trainer.logprob_chunk_tokens (trainer/logprobs.py: no fp32 copy of all the logits)."""
+        from megatron.core import parallel_state
 
-        logits = output[0].float()
-        temperature = self.cfg.rollout.temperature
-        if temperature not in (0.0, 1.0):
-            logits = logits / temperature
-        return -vocab_parallel_cross_entropy(logits.unsqueeze(1), mb.labels.unsqueeze(1))[:, 0]
+        return token_logprobs(
+            output[0], mb.labels, self.cfg.rollout.temperature, self.cfg.trainer.logprob_chunk_tokens,
+            parallel_state.get_tensor_model_parallel_group(), self.ranks.tp_rank,
+        )
 
     def _run(self, groups: list[list[int]], seqs: list[TokenSequence], loss: Callable, forward_only: bool) -> list:
         """Megatron's forward-backward schedule over packed micro-batches; per-micro-batch outputs
@@ -278,12 +288,42 @@ class TrainEngine:
         outputs = self._run(self._micro_batches(seqs, members), seqs, self._logprobs_loss, forward_only=True)
         return {i: lp for out in outputs for i, lp in zip(out["members"], out["logprobs"], strict=True)}
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self) -> float | None:
+        """One optimizer step on the gradients in the buffers: their norm, or None when the fp16
+        loss scaler found them not finite and skipped the step (weights, lr schedule and
+        optimizer_steps unchanged; the scaler lowers its scale), as Megatron's own loop does."""
         with cpu_compat.cuda_as_cpu():
-            _, grad_norm, _ = self.optimizer.step()
+            applied, grad_norm, _ = self.optimizer.step()
+        if not applied:
+            return None
         self.scheduler.step(increment=1)
         self.optimizer_steps += 1
         return float(grad_norm) if grad_norm is not None else math.nan
+
+    def _loss_scale(self) -> float:
+        """The fp16 loss scale of the next backward pass (1.0 without fp16)."""
+        return float(self.optimizer.get_loss_scale())
+
+    def _step_minibatch(self, backward: Callable[[], _T]) -> tuple[_T, float, int]:
+        """`backward()` (which zeroes the gradients first) and one optimizer step, run again while
+        the step is skipped (trainer/loss_scale.py): the applied attempt's `backward()` result,
+        its gradient norm and the number of skipped attempts. Raises when retrying is futile."""
+        skipped = 0
+        while True:
+            result = backward()
+            scale = self._loss_scale()
+            grad_norm = self._optimizer_step()
+            if grad_norm is not None:
+                return result, grad_norm, skipped
+            skipped += 1
+            why = futile_skip(scale, skipped)
+            if why is not None:
+                raise RuntimeError(f"training step for version {self.version + 1}: {why}")
+
+    def _ppo_backward(self, groups: list[list[int]], seqs: list[TokenSequence]) -> list[dict[str, float]]:
+        """Fresh gradients of one minibatch's PPO loss; per-micro-batch statistics (last stage)."""
+        self._zero_grad()
+        return self._run(groups, seqs, self._ppo_loss, forward_only=False)
 
     def _zero_grad(self) -> None:
         self.ddp.zero_grad_buffer()
@@ -334,7 +374,8 @@ class TrainEngine:
         """One decoupled-PPO training step on a batch, of which this rank's data-parallel replica
         trains `shard` (the other replicas their shards of the same plan); version += 1. Returns
         metrics of the whole batch: loss, clip_fraction, masked_fraction,
-        importance_weight_mean/max, approx_kl, grad_norm, lr, advantage_mean, output_tokens,
+        importance_weight_mean/max, approx_kl, grad_norm, skipped_steps (fp16 optimizer steps the
+        loss scaler skipped and that were run again), loss_scale, lr, advantage_mean, output_tokens,
         tokens, tokens_per_s, step_s, version, dp_imbalance (the largest data-parallel rank's
         tokens over the mean: 1.0 is a perfect split) and, with the decoupled objective,
         mismatch_mean/max/tokens: |generator log-prob - pi_prox log-prob| over the tokens sampled
@@ -360,17 +401,18 @@ class TrainEngine:
         for s in seqs:
             s.values.setdefault("prox", s.values["behav"])
 
-        grad_norms = []
+        grad_norms, skipped = [], 0
         for share in shard.minibatches:
-            self._zero_grad()
             groups = self._micro_batches(seqs, share)
-            for stats in self._run(groups, seqs, self._ppo_loss, forward_only=False):
+            outputs, grad_norm, skips = self._step_minibatch(partial(self._ppo_backward, groups, seqs))
+            for stats in outputs:  # of the applied attempt only
                 for k, v in stats.items():
                     if k in _MAXES:
                         maxes[k] = max(maxes.get(k, -math.inf), v)
                     else:
                         sums[k] = sums.get(k, 0.0) + v
-            grad_norms.append(self._optimizer_step())
+            grad_norms.append(grad_norm)
+            skipped += skips
         self.version += 1
         total, top = self._reduce(sums, maxes)
         if total["trajectories"] != shard.batch_trajectories:
@@ -388,6 +430,8 @@ class TrainEngine:
             "importance_weight_max": top["behav_weight_max"],
             "approx_kl": total["approx_kl"] / max(kept, 1.0),
             "grad_norm": sum(grad_norms) / len(grad_norms),
+            "skipped_steps": float(skipped),
+            "loss_scale": self._loss_scale(),
             "lr": self.optimizer.param_groups[0]["lr"],
             "advantage_mean": shard.advantage_mean,
             "output_tokens": tokens,
@@ -438,13 +482,13 @@ class TrainEngine:
         The whole list is one minibatch; the loss is the mean over all completion tokens."""
         start = time.perf_counter()
         seqs = self._sft_sequences(sequences)
-        loss = self._sft_backward(seqs)
-        grad_norm = self._optimizer_step()
+        loss, grad_norm, skipped = self._step_minibatch(partial(self._sft_backward, seqs))
         elapsed = time.perf_counter() - start
         batch_tokens = sum(s.length for s in seqs)
         return {
             "loss": loss,
             "grad_norm": grad_norm,
+            "skipped_steps": float(skipped),
             "lr": self.optimizer.param_groups[0]["lr"],
             "tokens": float(batch_tokens),
             "tokens_per_s": batch_tokens / elapsed,

@@ -15,14 +15,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from areal_hpc.config.hf import hf_config_dict
+from areal_hpc.config.hf import FAMILIES, hf_config_dict
 from areal_hpc.config.schema import ModelConfig
 from areal_hpc.trainer.convert import hf_shapes, ignorable
 from areal_hpc.trainer.errors import WeightsError
 
 INDEX = "model.safetensors.index.json"
-# Files of a model directory that are not tokenizer files.
-_MODEL_FILES = ("config.json", INDEX)
+GENERATION_CONFIG = "generation_config.json"
+# Name prefixes of the tokenizer files of a model directory (fast and slow tokenizers, chat
+# templates); weights, configs, READMEs and licences are left behind.
+_TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab.", "merges.", "chat_template")
+# The special token ids an export keeps; sampling defaults (temperature, top_p...) are left out.
+_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
 def _listing(names: list[str], limit: int = 8) -> str:
@@ -67,7 +71,8 @@ class HFCheckpoint:
         return self._handle(name).get_tensor(name)
 
     def check(self, m: ModelConfig) -> None:
-        """Raise WeightsError naming every missing, unexpected and mis-shaped tensor."""
+        """Raise WeightsError naming every missing, unexpected and mis-shaped tensor of the
+        family's layout (trainer/convert.py hf_shapes)."""
         want = hf_shapes(m)
         have = set(self.files)
         missing = sorted(set(want) - have)
@@ -84,7 +89,8 @@ class HFCheckpoint:
         if wrong:
             problems.append(f"wrong shapes: {_listing(wrong)}")
         if problems:
-            raise WeightsError(f"{self.path}: " + "; ".join(problems))
+            expected = f"{FAMILIES[m.family].architecture} of its config.json's shape"
+            raise WeightsError(f"{self.path}: the tensors are not those of a {expected}: " + "; ".join(problems))
 
 
 def write_tensors(path: Path, filename: str, tensors: dict[str, torch.Tensor]) -> None:
@@ -97,13 +103,51 @@ def write_index(path: Path, weight_map: dict[str, str], total_bytes: int) -> Non
     (path / INDEX).write_text(json.dumps(index, indent=2) + "\n")
 
 
-def write_config(path: Path, m: ModelConfig, dtype: torch.dtype, token_ids: dict[str, int]) -> None:
+def read_token_ids(model_dir: Path) -> dict[str, int | list[int]]:
+    """bos/eos/pad ids of a Hugging Face directory: generation_config.json's, else config.json's
+    (eos may be a list: chat models stop on any of them)."""
+    ids: dict[str, int | list[int]] = {}
+    for name in ("config.json", GENERATION_CONFIG):  # the generation config wins
+        file = model_dir / name
+        if file.is_file():
+            data = json.loads(file.read_text())
+            ids.update({k: data[k] for k in _TOKEN_KEYS if data.get(k) is not None})
+    return ids
+
+
+def write_generation_config(path: Path, token_ids: dict[str, int | list[int]]) -> None:
+    """Token ids only: the run's rollout.temperature is a training setting, not the model's
+    default, so generation uses the library's defaults unless the caller sets its own."""
+    (path / GENERATION_CONFIG).write_text(json.dumps(token_ids, indent=2) + "\n")
+
+
+def write_config(path: Path, m: ModelConfig, dtype: torch.dtype, token_ids: dict[str, int | list[int]]) -> None:
+    """config.json (config/hf.py); a list of eos ids names its first, as Qwen's checkpoints do."""
     torch_dtype = str(dtype).removeprefix("torch.")
-    (path / "config.json").write_text(json.dumps(hf_config_dict(m, torch_dtype, **token_ids), indent=2) + "\n")
+    ids = {k: v[0] if isinstance(v, list) else v for k, v in token_ids.items() if k != "pad_token_id"}
+    (path / "config.json").write_text(json.dumps(hf_config_dict(m, torch_dtype, **ids), indent=2) + "\n")
 
 
 def copy_tokenizer(src: Path, dst: Path) -> None:
-    """Every file of `src` except weights and model config (tokenizer, generation config...)."""
+    """The tokenizer files of `src` (not its weights, configs or anything else)."""
     for file in src.iterdir():
-        if file.is_file() and file.suffix != ".safetensors" and file.name not in _MODEL_FILES:
+        if file.is_file() and file.name.startswith(_TOKENIZER_FILES):
             shutil.copy2(file, dst / file.name)
+
+
+def write_tokenizer(dst: Path, tokenizer_dir: Path, model_dir: Path) -> None:
+    """`tokenizer_dir`'s tokenizer files and `model_dir`'s special token ids (as
+    generation_config.json) in `dst`: what a Hugging Face export takes besides the weights."""
+    dst.mkdir(parents=True, exist_ok=True)
+    copy_tokenizer(tokenizer_dir, dst)
+    write_generation_config(dst, read_token_ids(model_dir))
+
+
+def write_model_files(path: Path, m: ModelConfig, dtype: torch.dtype, token_ids: dict[str, int | list[int]],
+                      tokenizer_dir: Path | None) -> None:
+    """Everything of a Hugging Face directory but the weights: config.json,
+    generation_config.json and the tokenizer files."""
+    write_config(path, m, dtype, token_ids)
+    write_generation_config(path, token_ids)
+    if tokenizer_dir is not None:
+        copy_tokenizer(tokenizer_dir, path)

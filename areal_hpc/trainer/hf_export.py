@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from areal_hpc.config.schema import ModelConfig
 from areal_hpc.trainer.convert import Rule, from_shards
-from areal_hpc.trainer.hf_checkpoint import copy_tokenizer, write_config, write_index, write_tensors
+from areal_hpc.trainer.hf_checkpoint import write_index, write_model_files, write_tensors
 from areal_hpc.trainer.parallel import RankInfo
 
 # Bucket size of export_hf's files (Hugging Face shards are typically a few GiB).
@@ -97,7 +97,7 @@ def plan(model: torch.nn.Module, rules: list[Rule], m: ModelConfig, ranks: RankI
 
 
 def export(out_dir: Path, buckets: Iterable[list[tuple[str, torch.Tensor]]], m: ModelConfig, ranks: RankInfo,
-           dtype: torch.dtype, token_ids: dict[str, int], tokenizer_dir: Path | None) -> Path:
+           dtype: torch.dtype, token_ids: dict[str, int | list[int]], tokenizer_dir: Path | None) -> Path:
     """Write the stream as a sharded Hugging Face directory; collective over all trainer ranks."""
     if dist.get_rank() == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,8 +117,6 @@ def export(out_dir: Path, buckets: Iterable[list[tuple[str, torch.Tensor]]], m: 
     if dist.get_rank() == 0:
         merged = {n: f for part, _ in parts for n, f in part.items()}
         write_index(out_dir, merged, sum(size for _, size in parts))
-        write_config(out_dir, m, dtype, token_ids)
-        if tokenizer_dir is not None:
-            copy_tokenizer(tokenizer_dir, out_dir)
+        write_model_files(out_dir, m, dtype, token_ids, tokenizer_dir)
     dist.barrier()
     return out_dir

@@ -18,15 +18,7 @@ from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.config.validate import trainer_layout_problems
 from areal_hpc.trainer import cpu_compat
 from areal_hpc.trainer.errors import ParallelConfigError
-
-
-def resolve_device(cfg: ExperimentConfig) -> str:
-    """'cpu' or 'cuda' for `cfg.device`; asking for cuda on a machine without one is an error."""
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ParallelConfigError("device = 'cuda' but no CUDA device is visible on this trainer rank")
-    return cfg.device
+from areal_hpc.wire.device import device_of
 
 
 def parallel_problems(cfg: ExperimentConfig, world_size: int) -> list[str]:
@@ -55,10 +47,10 @@ def init_trainer_world(cfg: ExperimentConfig, rank: int, world_size: int, init_m
     `rank` and `world_size` are trainer-local (the caller derives them from the MPI world);
     `init_method` is a torch.distributed URL such as "tcp://host:port" or "env://" (torchrun).
     gloo on CPU, NCCL on GPU. Idempotent for the process group; raises ParallelConfigError for a
-    layout the model cannot use.
+    layout the model cannot use (and ConfigError for `device: cuda` without a visible GPU).
     """
     check_parallel(cfg, world_size)
-    device = resolve_device(cfg)
+    device = device_of(cfg)
     from megatron.core import parallel_state, tensor_parallel
 
     if device == "cpu":

@@ -1,7 +1,11 @@
 """Who runs where: the rank -> role -> SLURM component -> node -> GPU map of one experiment.
 
 Pure and computed from the config alone, so the launcher, `areal-hpc slurm plan` and the tests all
-agree. Order of MPI ranks (as `srun --het-group=0,1` numbers them): rank 0 the controller, then
+agree. GPU indices are node-local positions among the GPUs the job's step gives every task of the
+node (SLURM's --gpus-per-node without --gpu-bind: all of them). A trainer uses its one GPU as
+cuda:<index> (trainer/parallel.py); a generator narrows CUDA_VISIBLE_DEVICES to its GPUs before
+anything in its process initialises CUDA (`generator_visible_devices`), so each vLLM engine starts
+on its own GPUs. Order of MPI ranks (as `srun --het-group=0,1` numbers them): rank 0 the controller, then
 the trainer ranks, all in component 0 (training partition); then the generator ranks in
 component 1 (rollout partition). Trainer rank r is (tp, pp, dp) position r of Megatron's order
 (`replica_ranks`).
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.errors import ConfigError
 
 CONTROLLER_RANK = 0
 
@@ -83,3 +88,28 @@ def plan(cfg: ExperimentConfig, with_gpus: bool = True) -> list[Placement]:
         gpus = tuple(range(slot * tp_gen, (slot + 1) * tp_gen)) if with_gpus else ()
         out.append(Placement(rank, Role.GENERATOR, i, 1, node, gpus))
     return out
+
+
+def generator_visible_devices(p: Placement, inherited: str | None) -> str | None:
+    """CUDA_VISIBLE_DEVICES for generator placement `p`, given the value the rank inherited.
+
+    None when the rank has no GPUs (CPU profile). Unset or empty: the node's GPUs are numbered
+    from 0, so the plan's indices are the devices. A list of exactly the engine's size: the
+    launcher bound the task already (e.g. srun --gpus-per-task), kept as is. Any other list: the
+    plan's indices are positions in it (SLURM names the node's GPUs of the step, which may be
+    UUIDs or a subset of the physical ones).
+    """
+    if not p.gpus:
+        return None
+    if not inherited:
+        return ",".join(map(str, p.gpus))
+    seen = inherited.split(",")
+    if len(seen) == len(p.gpus):
+        return inherited
+    if max(p.gpus) >= len(seen):
+        raise ConfigError(
+            f"generator {p.index} (MPI rank {p.rank}) needs GPUs {','.join(map(str, p.gpus))} of its node"
+            f" (cluster.gpus_per_node, generator.tensor_parallel_size) but sees only"
+            f" CUDA_VISIBLE_DEVICES={inherited}"
+        )
+    return ",".join(seen[g] for g in p.gpus)

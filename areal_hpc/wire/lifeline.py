@@ -59,13 +59,14 @@ def greeting(secret: str, rank: int) -> bytes:
 
 class LifelineServer:
     """Rank 0's end: accepts one lifeline per worker rank and reports the ranks whose line ended.
-    Never blocks. `ranks` are the worker ranks of this job (a line claiming another is dropped)."""
+    Never blocks. `ranks` are the worker ranks of this job (a line claiming another is dropped);
+    it listens on this node's address (wire/network.py; `interface`: cluster.network_interface)."""
 
-    def __init__(self, ranks: Collection[int], secret: str | None = None) -> None:
+    def __init__(self, ranks: Collection[int], secret: str | None = None, interface: str | None = None) -> None:
         self.secret = secret or new_secret()
         self._key = bytes.fromhex(self.secret)
         self._ranks = frozenset(ranks)
-        address = node_address()
+        address = node_address(interface)
         try:
             self._listener = socket.create_server((address, 0), backlog=BACKLOG)
         except OSError:  # the name resolves to an address of no interface here: every address

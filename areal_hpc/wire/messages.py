@@ -198,10 +198,11 @@ class WeightsLoaded:
 @dataclass
 class SaveCheckpoint:
     """Controller -> every trainer rank (through its replica's root): write the trainer's part of
-    checkpoint `path` (of `version`)."""
+    checkpoint `path` (of `version`); with `hf`, also its Hugging Face export (path/hf)."""
 
     path: str
     version: int
+    hf: bool = False
 
 
 @dataclass

@@ -71,7 +71,7 @@ def test_model_shapes_are_real() -> None:
     m = load_config("configs/experiments/code-32b.yaml").model
     assert (m.hidden_size, m.num_layers, m.num_attention_heads, m.num_query_groups) == (5120, 64, 40, 8)
     m = load_config("configs/experiments/tiny-cpu.yaml").model
-    assert m.head_dim >= 32  # vLLM's CPU attention supports head sizes from 32
+    assert m.head_size >= 32  # vLLM's CPU attention supports head sizes from 32
 
 
 def test_console_script_check_all() -> None:
@@ -233,3 +233,17 @@ def test_the_config_check_knows_every_trainer_layout_rule(override: str, fragmen
     with pytest.raises(ConfigError) as info:
         load_config("configs/experiments/tiny-cpu.yaml", ["trainer.tp=2", override])
     assert fragment in str(info.value)
+
+
+def test_eval_sets_must_exist_and_be_told_apart(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    for f in (tmp_path / "aime.jsonl", tmp_path / "a" / "aime.jsonl"):
+        f.write_text('{"prompt": "q", "answer": "1"}\n')
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", [f"eval.paths=[{tmp_path}/aime.jsonl]", "eval.n=8"])
+    assert (cfg.eval.paths, cfg.eval.n) == ([f"{tmp_path}/aime.jsonl"], 8)
+    with pytest.raises(ConfigError, match=r"eval.paths\[1\] = .*nope.jsonl': file not found"):
+        load_config("configs/experiments/tiny-cpu.yaml", [f"eval.paths=[{tmp_path}/aime.jsonl,{tmp_path}/nope.jsonl]"])
+    with pytest.raises(ConfigError, match="two data sets share a name"):
+        load_config("configs/experiments/tiny-cpu.yaml", [f"eval.paths=[{tmp_path}/aime.jsonl,{tmp_path}/a/aime.jsonl]"])
+    with pytest.raises(ConfigError, match="eval.top_p"):
+        load_config("configs/experiments/tiny-cpu.yaml", ["eval.top_p=0"])

@@ -121,6 +121,19 @@ def test_eval_rounds_count_samples_and_free_their_generators():
         s.on_trajectory(sample(-1, 0))
 
 
+def test_an_eval_round_waits_for_eval_samples_per_prompt():
+    s = make(k=2, eval_samples=3)
+    submits = s.start_eval()
+    out = []
+    for c in submits:
+        for i in range(2):  # group_size samples are not enough
+            out += s.on_trajectory(sample(c.prompt_id, i))
+    assert out == [] and s.eval is not None
+    for c in submits:
+        out += s.on_trajectory(sample(c.prompt_id, 2))
+    assert kinds(out) == [EvalFinished] and len(out[0].results) == 9
+
+
 def test_an_eval_round_starts_when_every_generator_serves_an_eval_version():
     s = make(eval_interval=1, total=3)
     s.start_training()

@@ -12,11 +12,13 @@ from areal_hpc.config.schema import DataConfig
 from areal_hpc.data.prompts import DataError, PromptRow, load_prompts, train_and_eval_prompts
 from areal_hpc.data.stream import PromptStream
 
+FLAT = DataConfig()
+
 
 def test_jsonl_rows_and_numeric_answers(tmp_path):
     f = tmp_path / "d.jsonl"
     f.write_text('{"prompt": "1+1?", "answer": 2}\n\n{"prompt": "2+2?", "answer": "4", "extra": 1}\n')
-    assert load_prompts(f) == [PromptRow("1+1?", "2"), PromptRow("2+2?", "4")]
+    assert load_prompts(f, FLAT) == [PromptRow("1+1?", "2"), PromptRow("2+2?", "4")]
 
 
 @pytest.mark.parametrize(
@@ -32,48 +34,48 @@ def test_malformed_jsonl_names_the_line(tmp_path, lines, fragment):
     f = tmp_path / "bad.jsonl"
     f.write_text("\n".join(lines))
     with pytest.raises(DataError, match=fragment):
-        load_prompts(f)
+        load_prompts(f, FLAT)
 
 
 def test_json_array_and_custom_keys(tmp_path):
     f = tmp_path / "d.json"
     f.write_text(json.dumps([{"problem": "x?", "solution": "3"}, {"problem": "y?"}]))
     with pytest.raises(DataError, match="row 2: missing field 'solution'"):
-        load_prompts(f, "problem", "solution")
+        load_prompts(f, DataConfig(prompt_key="problem", answer_key="solution"))
 
 
 def test_parquet(tmp_path):
     f = tmp_path / "d.parquet"
     pq.write_table(pa.table({"prompt": ["a?", "b?"], "answer": ["1", None]}), f)
     with pytest.raises(DataError, match="row 2: missing field 'answer'"):
-        load_prompts(f)
+        load_prompts(f, FLAT)
     pq.write_table(pa.table({"question": ["a?"]}), f)
     with pytest.raises(DataError, match="no column 'prompt'"):
-        load_prompts(f)
+        load_prompts(f, FLAT)
     pq.write_table(pa.table({"prompt": ["a?"], "answer": [7]}), f)
-    assert load_prompts(f) == [PromptRow("a?", "7")]
+    assert load_prompts(f, FLAT) == [PromptRow("a?", "7")]
 
 
 def test_unknown_suffix_missing_and_empty_files(tmp_path):
     with pytest.raises(DataError, match="file not found"):
-        load_prompts(tmp_path / "nope.jsonl")
+        load_prompts(tmp_path / "nope.jsonl", FLAT)
     (tmp_path / "d.csv").write_text("prompt,answer\n")
     with pytest.raises(DataError, match="unknown format"):
-        load_prompts(tmp_path / "d.csv")
+        load_prompts(tmp_path / "d.csv", FLAT)
     (tmp_path / "e.jsonl").write_text("\n")
     with pytest.raises(DataError, match="no rows"):
-        load_prompts(tmp_path / "e.jsonl")
+        load_prompts(tmp_path / "e.jsonl", FLAT)
 
 
 def test_data_source_and_extra_info_from_jsonl_and_parquet(tmp_path):
     f = tmp_path / "d.jsonl"
     f.write_text('{"prompt": "a?", "answer": "1", "data_source": "openai/gsm8k", "extra_info": {"split": "train"}}\n'
                  '{"prompt": "b?", "answer": "2", "data_source": null}\n')
-    assert load_prompts(f) == [PromptRow("a?", "1", "openai/gsm8k", {"split": "train"}), PromptRow("b?", "2")]
+    assert load_prompts(f, FLAT) == [PromptRow("a?", "1", "openai/gsm8k", {"split": "train"}), PromptRow("b?", "2")]
     f = tmp_path / "d.parquet"
     pq.write_table(pa.table({"prompt": ["a?", "b?"], "answer": ["1", "2"], "data_source": ["mine", "livecodebench"],
                              "extra_info": [{"index": 0}, {"index": 1}]}), f)
-    assert [(r.data_source, r.extra_info) for r in load_prompts(f)] == [("mine", {"index": 0}),
+    assert [(r.data_source, r.extra_info) for r in load_prompts(f, FLAT)] == [("mine", {"index": 0}),
                                                                          ("livecodebench", {"index": 1})]
 
 
@@ -86,18 +88,24 @@ def test_bad_data_source_or_extra_info_names_the_line(tmp_path, fields, fragment
     f = tmp_path / "d.jsonl"
     f.write_text('{"prompt": "a?", "answer": "1", ' + fields + "}\n")
     with pytest.raises(DataError, match=fragment):
-        load_prompts(f)
+        load_prompts(f, FLAT)
 
 
 def test_synthetic_default_and_file_override(tmp_path):
     data = DataConfig(synthetic_train_size=20, synthetic_eval_size=5)
-    train, held_out = train_and_eval_prompts(data, seed=1)
-    assert len(train) == 20 and len(held_out) == 5
+    train, [(name, held_out)] = train_and_eval_prompts(data, seed=1)
+    assert len(train) == 20 and len(held_out) == 5 and name == "synthetic"
     assert not {r.prompt for r in train} & {r.prompt for r in held_out}
     f = tmp_path / "t.jsonl"
     f.write_text('{"prompt": "p", "answer": "a"}\n')
     data.train_path = str(f)
     assert train_and_eval_prompts(data, seed=1)[0] == [PromptRow("p", "a")]
+    g = tmp_path / "aime.jsonl"
+    g.write_text('{"prompt": "q", "answer": "b"}\n{"prompt": "r", "answer": "c"}\n')
+    data.eval_path = str(f)
+    assert train_and_eval_prompts(data, seed=1)[1] == [("t", [PromptRow("p", "a")])]
+    sets = train_and_eval_prompts(data, seed=1, eval_paths=[str(g), str(f)])[1]  # eval.paths wins
+    assert [(n, len(rows)) for n, rows in sets] == [("aime", 2), ("t", 1)]
 
 
 def test_stream_is_reproducible_covers_each_epoch_and_reissues_returned_ids():
@@ -123,7 +131,7 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path, suffix):
     path.write_bytes(text.encode("latin-1"))
     line = 2 if suffix == ".jsonl" else 3
     with pytest.raises(DataError, match=rf"data{suffix}: line {line}: not UTF-8 text \(byte 0xe9"):
-        load_prompts(path)
+        load_prompts(path, FLAT)
     path.write_text('{"prompt": "a\u2028b", "answer": "1"}\n', encoding="utf-8")  # a JSON line with U+2028
     if suffix == ".jsonl":
-        assert load_prompts(path)[0].prompt == "a\u2028b"
+        assert load_prompts(path, FLAT)[0].prompt == "a\u2028b"

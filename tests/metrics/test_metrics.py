@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -79,16 +80,43 @@ def test_writer_resume_drops_later_steps_and_report(tmp_path):
     assert s["eval_accuracy_first"] == 0.2 and s["eval_accuracy_last"] == 0.5
     assert s["effective_tokens_per_s"] == 200.0  # first step skipped
     assert s["staleness_hist/1"] == 8.0
-    summary, png = finish(tmp_path, records, "test")
+    summary, png = finish(tmp_path, records, "test", correct=5.0)
     assert png.stat().st_size > 1000 and (tmp_path / "summary.json").is_file()
+
+
+def test_the_verdict_pairs_prompts_across_evaluations(tmp_path, capsys):
+    from areal_hpc.metrics.report import finish, paired_gain, verdict
+
+    g = paired_gain({0: 0.0, 1: 0.5, 2: 1.0, 3: 0.5}, {0: 0.5, 1: 1.0, 2: 1.0, 3: 0.5, 9: 1.0})
+    assert (g.first, g.last, g.prompts) == (0.5, 0.75, 4)  # row 9 was not evaluated at the start
+    # differences 0.5, 0.5, 0, 0: mean 0.25, sample std 0.2887, standard error 0.1443
+    assert g.gain == 0.25 and abs(g.stderr - 0.288675 / 2) < 1e-6
+    assert verdict(g).startswith("Held-out accuracy rose from 0.500 to 0.750 (+0.250 +- 0.144 s.e.")
+    assert "beyond its standard error" in verdict(g)
+    same = paired_gain({0: 0.0, 1: 1.0}, {0: 1.0, 1: 0.0})
+    assert "within its standard error" in verdict(same)
+    assert "no verdict" in verdict(paired_gain({0: 1.0}, {0: 1.0}))
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    (eval_dir / "version-000000.jsonl").write_text(
+        json.dumps({"row": 0, "rewards": [-5, -5]}) + "\n" + json.dumps({"row": 1, "rewards": [-5, 5]}) + "\n")
+    (eval_dir / "version-000020.jsonl").write_text(
+        json.dumps({"row": 0, "rewards": [5, 5]}) + "\n" + json.dumps({"row": 1, "rewards": [5, 5]}) + "\n")
+    summary, _ = finish(tmp_path, [{"step": 1, "trained_tokens": 1.0, "reward_mean": 0.0, "staleness_max": 0.0, "elapsed_s": 1.0,
+                                  "effective_tokens_per_s": 1.0, "generated_tokens_per_s": 1.0}],
+                        "t", correct=5.0)
+    assert summary["eval_gain"] == 0.75
+    assert "Held-out accuracy rose from 0.250 to 1.000" in capsys.readouterr().out
 
 
 def test_progress_without_terminal_prints_lines():
     out = io.StringIO()
     p = Progress(total=5, stream=out)
     p.update(1, {"reward_mean": 1.5, "accuracy": 0.25})
+    p.note("checkpoint saved")
     p.close()
-    assert out.getvalue() == "step 1/5 | reward +1.50 | acc 0.25\n"
+    assert out.getvalue() == ("[rank 0 controller] step 1/5 | reward +1.50 | acc 0.25\n"
+                              "[rank 0 controller] checkpoint saved\n")
     assert summary_line(2, 5, {}) == "step 2/5"
 
 

@@ -11,6 +11,9 @@ import pytest
 
 from areal_hpc.cli import main
 
+# A whole experiment (a model shape is required) whose reward section the tests override.
+TINY_CPU = Path(__file__).resolve().parents[2] / "configs/experiments/tiny-cpu.yaml"
+
 
 def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict | None, str]:
     code = main(list(argv))
@@ -74,7 +77,7 @@ def test_code_command_livecodebench_call_tests(capsys, files, tmp_path) -> None:
 
 def test_code_command_config_overrides(capsys, files, tmp_path) -> None:
     config = tmp_path / "exp.yaml"
-    config.write_text("device: cpu\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
+    config.write_text(f"base: [{TINY_CPU}]\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
     code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["good"]), "--tests",
                                str(files["tests"]), "--config", str(config), "--set", "reward.correct=2.0")
     assert code == 0 and verdict["reward"] == 2.0
@@ -124,7 +127,7 @@ def test_custom_command(capsys, tmp_path) -> None:
     assert code == 0 and verdict == {"reward": -5.0, "passed": 0, "total": 1,
                                      "reason": f"custom reward function {spec} raised KeyError: 'broken'"}
     config = tmp_path / "exp.yaml"
-    config.write_text("device: cpu\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
+    config.write_text(f"base: [{TINY_CPU}]\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
     code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "12", "--ground-truth",
                                "12", "--config", str(config))
     assert code == 0 and (verdict["reward"], verdict["passed"]) == (1.0, 1)  # correct at reward.correct

@@ -48,3 +48,12 @@ def test_an_unusable_reference_answer_is_refused_naming_its_row(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     job = run_job(3, [f"data.train_path={data}"], timeout=120)
     check_refused(job, str(data), "1 of 3 rows have an unusable reference answer: row 3:", "'\\\\frac{1'")
+
+
+def test_a_bug_in_the_launch_checks_ends_every_rank():
+    """Not bad input but a failure in rank 0's own checks: the other ranks, waiting for the plan,
+    are taken down with it instead of waiting forever."""
+    job = run_job(3, [], timeout=120, AREAL_HPC_FAULT="controller:0:preflight")
+    assert job.returncode not in (0, 2), job.output
+    assert "rank 0 (controller) failed before the launch: InjectedFault" in job.output, job.output
+    assert job.seconds < 60

@@ -10,8 +10,8 @@ from areal_hpc.config.schema import RewardConfig
 from areal_hpc.data.prompts import DataError, PromptRow
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_tests import TestSuite
+from areal_hpc.reward.references import references
 from areal_hpc.reward.task import CodeReference, CustomReference, MathReference
-from areal_hpc.runtime.preflight import references
 
 ADD = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})
 
@@ -82,3 +82,20 @@ def test_a_custom_function_that_does_not_import_refuses_the_launch(tmp_path):
     with pytest.raises(UserError, match=r"missing.py:compute_score'.*no file .*missing.py"):
         references([PromptRow("1+1?", "2")], reward, "d.jsonl")
     assert references([PromptRow("1+1?", "2")], RewardConfig(function=reward.function), "d.jsonl")  # unused
+
+
+def test_overlong_rows_leave_with_their_references_and_are_counted_in_one_line(tmp_path, capsys):
+    from areal_hpc.config.load import load_config
+    from areal_hpc.data.chat import load_tokenizer
+    from areal_hpc.data.tokenizer import train_tokenizer
+    from areal_hpc.runtime.preflight import fitting
+
+    train_tokenizer(["Q: 1+1 = ?\nA: 2", "Q: 2*3 = ?\nA: 6"], 280, tmp_path)
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", ["rollout.max_prompt_len=16"])
+    rows = [PromptRow("Q: 1+1 = ?\nA:", "2"), PromptRow("Q: " + "1+" * 30 + "1 = ?\nA:", "31"),
+            PromptRow("Q: 2*3 = ?\nA:", "6")]
+    refs = references(rows, cfg.reward, str(tmp_path / "train.jsonl"))
+    kept, ids, kept_refs = fitting(rows, refs, load_tokenizer(tmp_path), cfg, str(tmp_path / "train.jsonl"))
+    assert kept == [rows[0], rows[2]] and kept_refs == [MathReference("2"), MathReference("6")] and len(ids) == 2
+    assert capsys.readouterr().err == ("rank 0 (controller): train.jsonl: 3 rows, 1 left out: longer than"
+                                       " rollout.max_prompt_len = 16 (rows 2)\n")

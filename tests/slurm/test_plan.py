@@ -51,8 +51,25 @@ def test_plan_ranks_table(capsys: pytest.CaptureFixture) -> None:
     assert main(["slurm", "plan", "configs/experiments/code-14b.yaml", "--ranks"]) == 0
     rows = capsys.readouterr().out.split("rank role")[1].splitlines()[1:]
     assert len(rows) == 161
-    assert rows[9].split() == ["9", "trainer", "8", "0", "1", "0"]
-    assert rows[-1].split() == ["160", "generator", "95", "1", "23", "6-7"]
+    assert rows[0].split() == ["0", "controller", "0", "0", "0", "-", "-"]
+    assert rows[9].split() == ["9", "trainer", "8", "0", "1", "0", "cuda:0"]
+    assert rows[-2].split() == ["159", "generator", "94", "1", "23", "4-5", "CUDA_VISIBLE_DEVICES=4,5"]
+    assert rows[-1].split() == ["160", "generator", "95", "1", "23", "6-7", "CUDA_VISIBLE_DEVICES=6,7"]
+
+
+def test_plan_shows_the_devices_every_generator_sets(capsys: pytest.CaptureFixture) -> None:
+    """The devices column is what the generator ranks apply: per node, the engines' device lists
+    are disjoint and cover the node's GPUs."""
+    assert main(["slurm", "plan", "configs/experiments/code-32b.yaml", "--ranks"]) == 0
+    out = capsys.readouterr().out
+    assert "a generator sets CUDA_VISIBLE_DEVICES to its GPUs at start" in out
+    rows = [r.split() for r in out.split("rank role")[1].splitlines()[1:]]
+    by_node: dict[str, list[str]] = {}
+    for _, role, _, _, node, _, seen in rows:
+        if role == "generator":
+            by_node.setdefault(node, []).append(seen.removeprefix("CUDA_VISIBLE_DEVICES="))
+    assert len(by_node) == 36
+    assert all(v == ["0,1,2,3", "4,5,6,7"] for v in by_node.values())
 
 
 def test_plan_cpu_profile(capsys: pytest.CaptureFixture) -> None:
@@ -82,3 +99,20 @@ def test_bad_layout_fails_clearly(capsys: pytest.CaptureFixture, overrides: list
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("error: ") and message in captured.err and "Traceback" not in captured.err
+
+
+def test_plan_prints_the_estimated_memory_of_both_kinds_of_gpu(capsys: pytest.CaptureFixture) -> None:
+    assert main(["slurm", "plan", "configs/experiments/code-32b.yaml"]) == 0
+    out = capsys.readouterr().out
+    trainer = re.search(r"memory \(estimate, H800 80 GB\): trainer GPU ([\d.]+) GB \(fits in 76.0 usable\)"
+                        r" = states ([\d.]+) \+ max\(first stage: activations ([\d.]+), last stage: activations"
+                        r" ([\d.]+) \+ logits ([\d.]+)\) at 32768-token micro-batches, recompute full", out)
+    assert trainer, out
+    peak, states, first, last, logits = map(float, trainer.groups())
+    assert peak == pytest.approx(states + max(first, last + logits), abs=0.15)
+    assert re.search(r"generator GPU 68.0 GB reserved by vLLM \(gpu_memory_utilization 0.85\): weights 16.4,"
+                     r" KV cache \d+ tokens per engine = \d+ sequences of 28672", out)
+    # without recomputation the 32B trainer does not fit; an H200 is named when asked for
+    assert main(["slurm", "plan", "configs/experiments/code-32b.yaml", "--set", "trainer.recompute=none",
+                 "--gpu", "h200"]) == 0
+    assert "(estimate, H200 141 GB)" in (out := capsys.readouterr().out) and "DOES NOT FIT" in out

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from areal_hpc.config.load import load_config
-from areal_hpc.errors import UserError
+from areal_hpc.errors import ConfigError, UserError
 from areal_hpc.trainer.errors import ParallelConfigError
 from areal_hpc.trainer.parallel import init_trainer_world, parallel_problems
 
@@ -47,5 +47,5 @@ def test_a_valid_layout_has_no_problems():
 def test_cuda_requested_without_a_gpu():
     cfg = cfg_with()
     cfg.device = "cuda"
-    with pytest.raises(ParallelConfigError, match="no CUDA device"):
+    with pytest.raises(ConfigError, match="no CUDA device"):
         init_trainer_world(cfg, 0, 1, "tcp://127.0.0.1:1")

@@ -13,7 +13,10 @@ the test modules. Scenarios:
 - resume_b (2 ranks, fresh processes): load that checkpoint and take the same two steps; then
   load it into a model of another shape, and load a directory that is no checkpoint;
 - cuda (1 rank, GPU): the Transformer Engine spec, packed log-probs, fp32 and bf16 PPO steps;
-- groups (8 ranks, tp=2, pp=2, dp=2): Megatron's data-parallel rank and model-parallel group.
+- groups (8 ranks, tp=2, pp=2, dp=2): Megatron's data-parallel rank and model-parallel group;
+- families (2 ranks; MODEL holds one tiny checkpoint per family, qwen2/qwen3/llama): for each, the
+  loss, gradients, log-probs and SFT step at tp=1 (dp=2), tp=2 and pp=2 with the shape read from
+  its config.json, logits at tp=1, and the hf export from the tp=2 and pp=2 shards.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 
 from areal_hpc.config import load_config
 from areal_hpc.trainer import hf_export
@@ -48,6 +52,38 @@ def config(tp: int = 1, pp: int = 1, dp: int = 1, *extra: str):
         f"trainer.tp={tp}", f"trainer.pp={pp}", f"trainer.dp={dp}", "trainer.micro_batch_tokens=256",
         "rollout.max_prompt_len=64", "rollout.max_new_tokens=64", "ppo.minibatches=2", "optimizer.lr=1e-3",
         "optimizer.warmup_ratio=0", *extra,
+    ])
+
+
+# One tiny checkpoint per supported family, hidden 64 and 2 layers (vLLM's CPU attention needs head
+# size >= 32): Qwen2 with tied embeddings, Qwen3 with head_dim 32 != hidden / heads = 16 and
+# grouped-query attention, Llama with Llama 3's RoPE scaling.
+LLAMA3_ROPE = ("{rope_type: llama3, factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0,"
+               " original_max_position_embeddings: 8192}")
+FAMILY_SHAPES = {
+    "qwen2": ["model.family=qwen2", "model.num_attention_heads=2", "model.num_query_groups=2",
+              "model.tie_word_embeddings=true"],
+    "qwen3": ["model.family=qwen3", "model.num_attention_heads=4", "model.num_query_groups=2", "model.head_dim=32"],
+    "llama": ["model.family=llama", "model.num_attention_heads=2", "model.num_query_groups=2",
+              "model.rope_theta=500000.0", "model.max_position_embeddings=16384", f"model.rope_scaling={LLAMA3_ROPE}"],
+}
+# 400 tokens: long enough for Llama 3's scaling of the slow RoPE frequencies to move the logits
+# ~70x more than the parity tolerance (test_model_families.py).
+FAMILY_LOGITS_IDS = torch.tensor([[(7 + 3 * i) % 512 for i in range(400)]])
+# Layouts of the families scenario: (tp, pp, dp).
+FAMILY_LAYOUTS = {"tp1": (1, 1, 2), "tp2": (2, 1, 1), "pp2": (1, 2, 1)}
+
+
+def family_config(out: Path, model_dir: Path, tp: int, pp: int, dp: int):
+    """tiny-cpu.yaml without its model shape: everything about the model comes from model_dir."""
+    file = out / f"family-{os.getpid()}.yaml"  # one per process: ranks write theirs at once
+    data = yaml.safe_load(Path("configs/experiments/tiny-cpu.yaml").read_text())
+    data.pop("base")
+    file.write_text(yaml.safe_dump(data))
+    return load_config(file, [
+        f"model.path={model_dir}", f"trainer.tp={tp}", f"trainer.pp={pp}", f"trainer.dp={dp}",
+        "trainer.micro_batch_tokens=256", "rollout.max_prompt_len=64", "rollout.max_new_tokens=64",
+        "ppo.minibatches=2", "optimizer.lr=1e-3", "optimizer.warmup_ratio=0",
     ])
 
 
@@ -237,22 +273,51 @@ def resume_b(out: Path, model_dir: str, tied_dir: str) -> dict:
 
 
 def cuda(out: Path, model_dir: str, tied_dir: str) -> dict:
-    """The GPU profile on one GPU: Transformer Engine layers, THD attention, fp32 then bf16."""
+    """The GPU profile on one GPU: Transformer Engine layers, THD attention, bf16 (auto) then fp16;
+    fp32 is refused (no TE attention kernel takes fp32 packed sequences)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     gpu = ("device=cuda", "cluster.gpus_per_node=1", "cluster.train_nodes=1", "cluster.rollout_nodes=1")
-    cfg = config(1, 1, 1, *gpu)
+    try:
+        config(1, 1, 1, *gpu)  # tiny-cpu.yaml names fp32
+        fp32_refused = "no error"
+    except Exception as e:
+        fp32_refused = str(e)
+    cfg = config(1, 1, 1, *gpu, "trainer.params_dtype=auto")
     init_trainer_world(cfg, 0, 1, "env://")
     engine = TrainEngine(cfg)
     engine.load_hf(model_dir)
     ids = torch.tensor([list(range(7, 107, 3))])
     trajs = trajectories()
     result = {"packed": engine.compute_logprobs(trajs), "exported": hf_tensors(engine), "te_rules": [
-        r.megatron for r in engine.rules if "layer_norm_weight" in r.megatron]}
+        r.megatron for r in engine.rules if "layer_norm_weight" in r.megatron], "fp32_refused": fp32_refused,
+        "dtype": str(next(engine.model.parameters()).dtype)}
     result["step"] = step(engine, with_behaviour(engine, trajs, 0))
     del engine
-    bf16 = TrainEngine(config(1, 1, 1, *gpu, "trainer.params_dtype=bf16"))
-    bf16.load_hf(model_dir)
-    result["bf16_step"] = step(bf16, with_behaviour(bf16, trajectories(), 0))
+    fp16 = TrainEngine(config(1, 1, 1, *gpu, "trainer.params_dtype=fp16"))
+    fp16.load_hf(model_dir)
+    result["fp16_step"] = step(fp16, with_behaviour(fp16, trajectories(), 0))
+    result["ids"] = ids
+    return result
+
+
+def families(out: Path, model_dir: str, tied_dir: str) -> dict:
+    result: dict = {}
+    rank = int(os.environ["RANK"])
+    ids = FAMILY_LOGITS_IDS
+    for source in sorted(Path(model_dir).iterdir()):
+        for layout, (tp, pp, dp) in FAMILY_LAYOUTS.items():
+            cfg = family_config(out, source, tp, pp, dp)
+            init_trainer_world(cfg, rank, 2, "env://")
+            engine = TrainEngine(cfg)
+            run = measure(engine, str(source))
+            engine.load_hf(source)
+            if tp == pp == 1:
+                with torch.no_grad():
+                    run["logits"] = engine.model(ids, None, None)[0].clone()
+            else:
+                engine.export_hf(out / f"export-{source.name}-{layout}")
+            result[source.name, layout] = run
+            del engine
     result["ids"] = ids
     return result
 
@@ -270,7 +335,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         result = {"single": single, "layouts": layouts, "resume_a": resume_a, "resume_b": resume_b,
-                  "cuda": cuda, "groups": groups}[scenario](out, model_dir, tied_dir)
+                  "cuda": cuda, "groups": groups, "families": families}[scenario](out, model_dir, tied_dir)
     except Exception:
         result = {"error": traceback.format_exc()}
     torch.save(result, out / f"{scenario}-rank{rank}.pt")

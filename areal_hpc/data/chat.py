@@ -1,0 +1,128 @@
+"""Prompts as the model sees them: chat messages rendered by a chat template, then token ids, with
+the rows longer than rollout.max_prompt_len left out (data.overlong: filter) or refused (error).
+
+A string prompt is used as is in every data.chat_template mode, so data that is already templated
+text (AReaL's) and the synthetic task feed the model exactly their text. Chat messages go through
+`tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)`,
+verl's way; the text is then tokenized without adding special tokens (a template writes its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from areal_hpc.config.schema import DataConfig
+from areal_hpc.data.prompts import DataError, PromptRow
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# Rows named in an error before the count of the rest.
+SHOWN_ROWS = 5
+
+
+@dataclass(frozen=True)
+class RenderedPrompts:
+    """The kept rows' prompts: `texts[i]` and `ids[i]` belong to row `kept[i]` of the input."""
+
+    # What the model sees, one per kept row.
+    texts: list[str]
+    # Their token ids (int32).
+    ids: list[np.ndarray]
+    # 0-based indices of the kept rows, in order.
+    kept: list[int]
+    # Why rows were left out -> their 1-based row numbers.
+    filtered: dict[str, list[int]]
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """The Hugging Face tokenizer of a model or tokenizer directory."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: not a tokenizer directory ({str(e).splitlines()[0]})") from None
+
+
+def template_of(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> str | None:
+    """The chat template in effect: the tokenizer's (auto), none, or the text of data.chat_template."""
+    if data.chat_template == "none":
+        return None
+    if data.chat_template == "auto":
+        return tokenizer.chat_template or None
+    try:
+        return Path(data.chat_template).read_text()
+    except OSError as e:
+        raise DataError(f"data.chat_template = {data.chat_template!r}: cannot read it ({e.strerror})") from None
+
+
+def _no_template(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> str:
+    if data.chat_template == "none":
+        return ("data.chat_template = none refuses them; set data.chat_template: auto (the tokenizer's"
+                " template) or the path of a .jinja file")
+    return (f"the tokenizer ({tokenizer.name_or_path}) has no chat template; set data.chat_template to the"
+            " path of a .jinja file, or use a tokenizer whose directory has one (chat_template.jinja)")
+
+
+def prompt_texts(rows: list[PromptRow], tokenizer: PreTrainedTokenizerBase, data: DataConfig, what: str) -> list[str]:
+    """Each row's prompt text; a chat-message row with no template to render it is a DataError."""
+    template = template_of(tokenizer, data)
+    texts = []
+    for n, row in enumerate(rows, 1):
+        if isinstance(row.prompt, str):
+            texts.append(row.prompt)
+            continue
+        if template is None:
+            raise DataError(f"{what}: row {n}: the prompt is a list of chat messages, and "
+                            + _no_template(tokenizer, data))
+        try:
+            texts.append(tokenizer.apply_chat_template(row.prompt, tokenize=False, add_generation_prompt=True,
+                                                       chat_template=template, **data.chat_template_kwargs))
+        except Exception as e:  # jinja2's TemplateError, or whatever the template's code raises
+            raise DataError(f"{what}: row {n}: the chat template failed on its messages: {e}") from None
+    return texts
+
+
+def token_ids(texts: list[str], tokenizer: PreTrainedTokenizerBase) -> list[np.ndarray]:
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [np.asarray(row_ids, dtype=np.int32) for row_ids in ids]
+
+
+def overlong_reason(max_len: int) -> str:
+    return f"longer than rollout.max_prompt_len = {max_len}"
+
+
+def keep_fitting(lengths: list[int], max_len: int, data: DataConfig, what: str) -> tuple[list[int], dict[str, list[int]]]:
+    """The 0-based rows that fit in max_len tokens, and the 1-based rows left out by reason. Under
+    data.overlong = error any overlong row is a DataError; so is every row overlong."""
+    over = [i for i, n in enumerate(lengths) if n > max_len]
+    if over and (data.overlong == "error" or len(over) == len(lengths)):
+        named = "; ".join(f"row {i + 1} ({lengths[i]} tokens)" for i in over[:SHOWN_ROWS])
+        more = f"; and {len(over) - SHOWN_ROWS} more" if len(over) > SHOWN_ROWS else ""
+        fix = ("raise rollout.max_prompt_len or set data.overlong: filter to leave them out"
+               if len(over) < len(lengths) else "raise rollout.max_prompt_len")
+        raise DataError(f"{what}: {len(over)} of {len(lengths)} prompts are {overlong_reason(max_len)} tokens:"
+                        f" {named}{more} ({fix})")
+    kept = [i for i, n in enumerate(lengths) if n <= max_len]
+    return kept, ({overlong_reason(max_len): [i + 1 for i in over]} if over else {})
+
+
+def left_out(what: str, rows: int, filtered: dict[str, list[int]]) -> str:
+    """One line on a data set's left-out rows: "train.parquet: 12000 rows, 37 left out: longer than
+    rollout.max_prompt_len = 1024 (rows 5, 88, ...)"."""
+    said = [f"{len(numbers)} left out: {reason} (rows {', '.join(map(str, numbers[:SHOWN_ROWS]))}"
+            + (", ...)" if len(numbers) > SHOWN_ROWS else ")") for reason, numbers in filtered.items()]
+    return f"{what}: {rows} rows, " + "; ".join(said)
+
+
+def render(rows: list[PromptRow], tokenizer: PreTrainedTokenizerBase, data: DataConfig, max_len: int, what: str) -> RenderedPrompts:
+    """The prompts of `rows` (named `what` in errors) as the model sees them, overlong rows left out."""
+    texts = prompt_texts(rows, tokenizer, data, what)
+    ids = token_ids(texts, tokenizer)
+    kept, filtered = keep_fitting([len(x) for x in ids], max_len, data, what)
+    return RenderedPrompts([texts[i] for i in kept], [ids[i] for i in kept], kept, filtered)

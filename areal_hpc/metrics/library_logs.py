@@ -1,0 +1,20 @@
+"""Quieting the libraries whose INFO output and import-time warnings drown a run's own lines: the
+one copy of these settings, for the ranks of a run and for the evaluation engines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+# Libraries whose INFO output and import-time warnings are shown at DEBUG only.
+QUIET = ("megatron", "torch.distributed", "vllm", "transformers")
+
+
+def quiet_libraries() -> None:
+    """Their loggers at WARNING, their warnings ignored; vLLM's own processes (which read
+    VLLM_LOGGING_LEVEL) at ERROR unless the environment already says otherwise."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+        warnings.filterwarnings("ignore", module=rf"{name}(\.|$)")

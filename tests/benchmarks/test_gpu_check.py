@@ -1,0 +1,70 @@
+"""benchmarks/gpu_check.py --dry-run on a machine without a GPU: every stage imports what it
+runs, builds its configs and plan in its own process, and the report is written where asked and
+nowhere else (benchmarks/results/gpu_check.json is a real run's)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path("benchmarks/gpu_check.py")
+RESULT = Path("benchmarks/results/gpu_check.json")
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("gpu_check") / "report.json"
+    before = RESULT.stat().st_mtime_ns if RESULT.exists() else None
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (RESULT.stat().st_mtime_ns if RESULT.exists() else None) == before, "a dry run wrote the real report"
+    return json.loads(out.read_text())
+
+
+def test_every_stage_runs_in_its_own_process_up_to_cuda(dry_run):
+    assert dry_run["dry_run"] is True
+    stages = dry_run["stages"]
+    assert list(stages) == ["env", "te_parity", "mfu", "vllm", "weight_update"]
+    assert all(s["status"] == "ok" and s["wall_s"] < s["limit_s"] for s in stages.values()), stages
+    # the limits fit the 8-minute goal
+    assert sum(s["limit_s"] for s in stages.values()) <= dry_run["goal_s"] == 480
+
+
+def test_stage_plans(dry_run):
+    s = dry_run["stages"]
+    versions = s["env"]["result"]["versions"]
+    assert versions["megatron-core"] == "0.16.1" and versions["torch"].startswith("2.13.0")
+    # the CPU profile is off the gpu pins, and says where
+    assert s["env"]["result"]["off_pin"]["torch"]["pinned"] == "2.13.0"
+    mfu = s["mfu"]["result"]["plan"]
+    assert set(mfu) == {"16384", "32768"}
+    assert all(p["recompute"] == "full" and p["logprob_chunk_tokens"] == 2048 for p in mfu.values())
+    assert mfu["32768"]["estimated_peak_gb_h200"] > mfu["16384"]["estimated_peak_gb_h200"]
+    assert s["te_parity"]["result"]["plan"]["dtype"] == "bf16"
+    assert s["weight_update"]["result"]["plan"]["backend"] == "nccl"
+
+
+def test_a_stage_past_its_limit_is_reported_not_waited_for(tmp_path):
+    module = load_module()
+    module.STAGES["env"] = (0.01, module.STAGES["env"][1])
+    report = module.run_stage("env", True, tmp_path)
+    assert report["status"] == "timeout" and report["limit_s"] == 0.01 and "result" not in report
+
+
+def test_unknown_stage_is_refused():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--stages", "env,nope"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown stage(s) nope" in proc.stderr
