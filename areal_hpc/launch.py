@@ -28,8 +28,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__mp_main__":  # this module, re-imported in a child a rank spawned (vLLM's engine)
+    import os
+
     from areal_hpc.runtime.parent_death import die_with_parent
 
     die_with_parent()
+    if os.environ.get("VLLM_LOGGING_LEVEL", "ERROR") != "DEBUG":  # the rank's logging.level
+        from areal_hpc.metrics.library_logs import quiet_libraries
+
+        quiet_libraries()  # the warning filters of the rank that spawned it are not inherited
 elif __name__ == "__main__":
     sys.exit(main())

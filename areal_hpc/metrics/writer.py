@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,15 @@ METRICS_FILE = "metrics.jsonl"
 # The wandb run id of the run in this directory, reused on resume so the wandb run continues.
 WANDB_ID_FILE = "wandb_run_id"
 
+
+
+# Characters a TensorBoard tag may not hold (tensorboardX renames them with a warning per call).
+_NOT_IN_TAG = re.compile(r"[^\w./-]")
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard name of a metric: eval_pass@16 becomes eval_pass_16."""
+    return _NOT_IN_TAG.sub("_", key)
 
 class MetricsWriter:
     def __init__(self, run_dir: str | Path, tensorboard: bool = True, resume_step: int = 0,
@@ -44,7 +54,7 @@ class MetricsWriter:
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float):
-                    self._tb.add_scalar(key, value, step)
+                    self._tb.add_scalar(tensorboard_tag(key), value, step)
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(record)

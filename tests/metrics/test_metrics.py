@@ -63,6 +63,14 @@ def test_busy_clock_idle_fraction():
     assert c.idle_fraction(8.0) == pytest.approx(0.25)  # busy 5..8 of 4..8
 
 
+def test_tensorboard_tags_keep_only_what_tensorboard_accepts():
+    from areal_hpc.metrics.writer import tensorboard_tag
+
+    assert tensorboard_tag("eval_pass@16") == "eval_pass_16"
+    assert tensorboard_tag("eval_set/aime-24/pass@2") == "eval_set/aime-24/pass_2"
+    assert tensorboard_tag("train/approx_kl") == "train/approx_kl"
+
+
 def test_writer_resume_drops_later_steps_and_report(tmp_path):
     w = MetricsWriter(tmp_path, tensorboard=True)
     w.write(0, {"eval_accuracy": 0.2})
