@@ -118,4 +118,7 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
             raise RuntimeError(f"trainer rank {index}: unexpected message {msg!r:.200}")
     if sender is not None:
         sender.close()
+    from areal_hpc.trainer.parallel import leave_trainer_world
+
+    leave_trainer_world()
     chan.flush()

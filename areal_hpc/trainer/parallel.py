@@ -75,6 +75,23 @@ def init_trainer_world(cfg: ExperimentConfig, rank: int, world_size: int, init_m
         tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
 
 
+def leave_trainer_world() -> None:
+    """Leave the trainer process group together, at a clean end only.
+
+    Rank 0 of the group hosts the TCP store the init_method names: a rank that outlives it while
+    its gloo threads still talk to the store dies in std::terminate at exit. A barrier first
+    means no rank leaves while another still needs the store (one small all-reduce, at the end).
+    """
+    from megatron.core import parallel_state
+
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
 @dataclass(frozen=True)
 class RankInfo:
     """Where this rank sits in the trainer layout (after init_trainer_world)."""

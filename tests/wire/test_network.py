@@ -91,7 +91,9 @@ dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, w
                         timeout=datetime.timedelta(seconds=60))
 t = torch.tensor([rank + 1])
 dist.all_reduce(t)
-print(int(t))
+print(int(t), flush=True)
+dist.barrier()  # neither rank leaves while the other still talks to rank 0's store
+dist.destroy_process_group()
 """
 
 
