@@ -49,6 +49,14 @@ quickstart: venv
 	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
 		--set checkpoint.resume=never
 
+# The same on the synthetic code task: the model writes programs, the reward runs them in the bwrap
+# sandbox against hidden input/output tests (configs/experiments/quickstart-code.yaml).
+QUICKSTART_CODE_CONFIG := configs/experiments/quickstart-code.yaml
+quickstart-code: venv sandbox-tools
+	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CODE_CONFIG)
+	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CODE_CONFIG) \
+		--set checkpoint.resume=never
+
 # The GPU profile on one GPU in under 8 minutes (inside containers/Dockerfile's image, or an
 # environment with the gpu extra): versions, TE parity, MFU, vLLM throughput, an NCCL weight
 # update; writes benchmarks/results/gpu_check.json. GPU_CHECK_ARGS=--dry-run checks it on a CPU.

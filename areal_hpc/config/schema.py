@@ -241,7 +241,7 @@ class DataConfig:
 
     # Training prompts: a .jsonl, .json or .parquet file, a directory of *.parquet or *.jsonl
     # shards, or a directory written by datasets' save_to_disk (a DatasetDict's "train" split);
-    # null uses the built-in synthetic arithmetic task (CPU profile).
+    # null uses the built-in synthetic task, data.synthetic_task (CPU profile).
     train_path: str | None = None
     # Held-out prompts for evaluation, in the same forms; null uses a held-out split of the
     # synthetic task.
@@ -268,9 +268,22 @@ class DataConfig:
     overlong: str = "filter"
     # Shuffle the training prompts once per epoch with the experiment seed.
     shuffle: bool = True
+    # The built-in task of unset paths: "arithmetic" (integer expressions, \boxed{} answers,
+    # reward.kind math) or "programs" (write the program of a function shown by input/output
+    # examples, run in the sandbox against hidden tests: reward.kind code). synthetic_max_ops
+    # and synthetic_ops shape the arithmetic task only.
+    synthetic_task: str = "arithmetic"
     # Size of the synthetic task's training and held-out sets.
     synthetic_train_size: int = 4096
     synthetic_eval_size: int = 128
+    # The synthetic task's difficulty: problems of 1 to this many operations (fewer more likely),
+    # drawn from these operators (a non-empty subset of "+-*"; without "*" the intermediate
+    # values stay small, which a tiny model learns in minutes).
+    synthetic_max_ops: int = 8
+    synthetic_ops: str = "+-*"
+    # The tiny model's SFT warm start stops once greedy decoding solves this share of a
+    # validation set of the synthetic task: enough reward signal for RL, room left to improve.
+    synthetic_warm_start_accuracy: float = 0.2
 
     def row_keys(self) -> tuple[str, str]:
         """The (prompt, answer) keys in effect: the ones set, else the layout's."""

@@ -28,6 +28,7 @@ CHOICES = {
     "rollout.staleness_gate": ("strict", "admission"),
     "data.layout": tuple(DATA_LAYOUTS),
     "data.overlong": ("filter", "error"),
+    "data.synthetic_task": ("arithmetic", "programs"),
     "reward.kind": REWARD_KINDS,
     "reward.code.backend": ("auto", "bwrap", "unshare", "rlimits"),
     "logging.level": ("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -105,6 +106,10 @@ RANGES = [
     ("optimizer.warmup_ratio", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("data.synthetic_train_size", lambda v: v >= 1, ">= 1"),
     ("data.synthetic_eval_size", lambda v: v >= 1, ">= 1"),
+    ("data.synthetic_max_ops", lambda v: 1 <= v <= 8, "between 1 and 8"),
+    ("data.synthetic_ops", lambda v: v != "" and len(set(v)) == len(v) and set(v) <= set("+-*"),
+     'a non-empty subset of "+-*", each operator once'),
+    ("data.synthetic_warm_start_accuracy", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("reward.workers", lambda v: v >= 1, ">= 1"),
     ("reward.timeout_s", lambda v: v > 0, "> 0"),
     ("reward.max_pending", lambda v: v >= 1, ">= 1"),
@@ -220,6 +225,11 @@ def _data(cfg: ExperimentConfig) -> list[str]:
         value = get(cfg, key)
         if value is not None and not all(value.split(".")):
             problems.append(f"{key} = {value!r}: must be a key or a dotted path of keys (a.b.c), or null")
+    d = cfg.data
+    uses_synthetic = d.train_path is None or (d.eval_path is None and not cfg.eval.paths)
+    if uses_synthetic and d.synthetic_task == "programs" and cfg.reward.kind != "code":
+        problems.append(f"data.synthetic_task = 'programs': its answers are tests that reward.kind code runs,"
+                        f" not {cfg.reward.kind} (set reward.kind: code, or data paths for every split)")
     return problems
 
 

@@ -46,29 +46,36 @@ def solve(terms: list[int], ops: list[str]) -> tuple[list[str], int]:
     return steps, terms[0]
 
 
-def make_problem(rng: random.Random, max_ops: int = 8, n_ops: int | None = None) -> Problem:
+# The operators a problem draws from (data.synthetic_ops chooses a subset).
+OPERATORS = "+-*"
+MAX_OPS = 8
+
+
+def make_problem(rng: random.Random, max_ops: int = MAX_OPS, n_ops: int | None = None,
+                 operators: str = OPERATORS) -> Problem:
     """A problem of `n_ops` operations, or of 1 to `max_ops` with fewer more likely (many short
-    solutions, a long tail of long ones)."""
+    solutions, a long tail of long ones), its operators drawn from `operators`."""
     if n_ops is None:
         n_ops = rng.choices(range(1, max_ops + 1), weights=range(max_ops, 0, -1))[0]
     terms = [rng.randint(1, 9) for _ in range(n_ops + 1)]
-    ops = [rng.choice("+-*") for _ in range(n_ops)]
+    ops = [rng.choice(operators) for _ in range(n_ops)]
     expr = _render(terms, ops)
     steps, value = solve(terms, ops)
     solution = " " + " = ".join(steps) + f" so \\boxed{{{value}}}"
     return Problem(prompt=PROMPT_TEMPLATE.format(expr=expr), answer=str(value), solution=solution)
 
 
-def make_splits(seed: int, train_size: int, eval_size: int, max_ops: int = 8) -> tuple[list[Problem], list[Problem]]:
+def make_splits(seed: int, train_size: int, eval_size: int, max_ops: int = MAX_OPS,
+                operators: str = OPERATORS) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and held-out sets (no held-out prompt appears in training)."""
     rng = random.Random(seed)
     held_out: dict[str, Problem] = {}
     while len(held_out) < eval_size:
-        p = make_problem(rng, max_ops)
+        p = make_problem(rng, max_ops, operators=operators)
         held_out.setdefault(p.prompt, p)
     train = []
     while len(train) < train_size:
-        p = make_problem(rng, max_ops)
+        p = make_problem(rng, max_ops, operators=operators)
         if p.prompt not in held_out:
             train.append(p)
     return train, list(held_out.values())

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from areal_hpc.config.schema import DataConfig
-from areal_hpc.data.arithmetic import Problem, make_splits
+from areal_hpc.data.arithmetic import Problem
+from areal_hpc.data.synthetic_tasks import make_splits
 from areal_hpc.errors import UserError
 
 # Optional fields of a row, by their verl names.
@@ -244,7 +245,7 @@ def train_and_eval_prompts(data: DataConfig, seed: int,
                            eval_paths: list[str] | None = None) -> tuple[list[PromptRow], list[HeldOutSet]]:
     """The training prompts and the held-out sets: `eval_paths` (eval.paths) if any, else
     data.eval_path; the synthetic task fills unset paths."""
-    train, held_out = make_splits(seed, data.synthetic_train_size, data.synthetic_eval_size)
+    train, held_out = make_splits(data, seed, data.synthetic_train_size, data.synthetic_eval_size)
 
     def synthetic(problems: list[Problem]) -> list[PromptRow]:
         return [PromptRow(p.prompt, p.answer) for p in problems]

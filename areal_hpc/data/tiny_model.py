@@ -11,19 +11,19 @@ from pathlib import Path
 
 from areal_hpc.config.hf import hf_config_dict
 from areal_hpc.config.schema import ModelConfig
-from areal_hpc.data.arithmetic import make_splits
+from areal_hpc.data.synthetic_tasks import tokenizer_texts
 from areal_hpc.data.tokenizer import EOS, train_tokenizer
 
 
-def build_tiny_model(model: ModelConfig, out_dir: str | Path, seed: int = 0) -> Path:
-    """Tokenizer trained on the arithmetic task + randomly initialised weights of model.family."""
+def build_tiny_model(model: ModelConfig, out_dir: str | Path, seed: int = 0, task: str = "arithmetic") -> Path:
+    """Tokenizer trained on the synthetic `task` (data.synthetic_task) + randomly initialised weights
+    of model.family."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train, _ = make_splits(seed, 2000, 1)
-    train_tokenizer((p.prompt + p.solution for p in train), model.vocab_size, out)
+    train_tokenizer(tokenizer_texts(task, seed), model.vocab_size, out)
     tok = AutoTokenizer.from_pretrained(str(out))
     eos = tok.convert_tokens_to_ids(EOS)
     hf = hf_config_dict(model, bos_token_id=eos, eos_token_id=eos)

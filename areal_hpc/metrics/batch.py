@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+
 from areal_hpc.wire.messages import Trajectory
 
 
@@ -31,9 +33,29 @@ def batch_stats(trajectories: Sequence[Trajectory], version: int, correct_reward
         "staleness_mean": sum(s * c for s, c in hist.items()) / n,
     }
     stats.update({f"staleness_hist/{s}": float(c) for s, c in hist.items()})
+    stats.update(cost_stats(trajectories))
     stats.update(source_stats(trajectories, correct_reward))
     stats.update(reward_metric_means(trajectories))
     return stats
+
+
+def cost_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """What the simulator's fit (areal_hpc/sim/run_fit.py) reads of a batch: the sum of squared
+    sequence lengths (attention FLOPs), the mean reward latency, and the response lengths' log
+    moments, overall and within prompt groups (the share of length variance a prompt sets)."""
+    n = len(trajectories)
+    logs = np.log(np.array([max(len(t.output_ids), 1) for t in trajectories], dtype=np.float64))
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(trajectories):
+        groups.setdefault(t.prompt_id, []).append(i)
+    within = sum(float(((logs[i] - logs[i].mean()) ** 2).sum()) for i in map(np.array, groups.values()))
+    return {
+        "trained_tokens_sq": float(sum(t.num_tokens ** 2 for t in trajectories)),
+        "reward_s_mean": sum(t.reward_s for t in trajectories) / n,
+        "response_len_log_mean": float(logs.mean()),
+        "response_len_log_std": float(logs.std()),
+        "response_len_log_within_std": (within / max(n - len(groups), 1)) ** 0.5,
+    }
 
 
 def source_stats(trajectories: Sequence[Trajectory], correct_reward: float,

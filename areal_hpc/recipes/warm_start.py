@@ -1,9 +1,10 @@
 """The tiny model of the CPU profile, warm-started so that RL has something to improve.
 
-A random tiny Qwen2 never produces a \\boxed{} answer, so every reward would be equal and RL
-would learn nothing. This module builds the tokenizer and the random model, trains it by SFT on
-worked solutions of the arithmetic task with the real trainer (megatron-core, one gloo rank)
-until greedy decoding solves part of a validation set, and exports it as a Hugging Face directory
+A random tiny Qwen2 never produces an answer the reward accepts, so every reward would be equal
+and RL would learn nothing. This module builds the tokenizer and the random model, trains it by SFT
+on worked solutions of the synthetic task (data.synthetic_task) with the real trainer (megatron-core,
+one gloo rank) until greedy decoding solves part of a validation set, as the run's reward judges it
+(the math check, or the programs run in the sandbox), and exports it as a Hugging Face directory
 that vLLM loads. The result is cached under `.cache/` keyed by everything that shapes it, so only
 the first run pays for it:
 
@@ -23,10 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.data.arithmetic import Problem, make_problem, make_splits
+from areal_hpc.data.arithmetic import MAX_OPS, OPERATORS, Problem
+from areal_hpc.data.synthetic_tasks import make_problem, make_splits
 
 CACHE_ENV = "AREAL_HPC_CACHE"
 READY_FILE = "warm_start.json"
@@ -51,9 +54,6 @@ class Recipe:
     lr: float = 2e-3
     max_steps: int = 2800
     eval_every: int = 400
-    # Stop once greedy decoding solves this share of the validation set: enough reward signal for
-    # RL, far enough from 1 that RL can still show a gain.
-    target_accuracy: float = 0.2
     version: int = 1
 
 
@@ -61,9 +61,16 @@ def cache_dir(cfg: ExperimentConfig, recipe: Recipe = Recipe()) -> Path:
     model = dataclasses.asdict(cfg.model)
     model.pop("path")
     model.pop("tokenizer_path")
-    key = {"model": model, "seed": cfg.seed, "recipe": dataclasses.asdict(recipe)}
-    if cfg.data.synthetic_eval_size > RESERVED_HELD_OUT:
-        key["eval"] = cfg.data.synthetic_eval_size
+    data = cfg.data
+    # Where SFT stops (data.synthetic_warm_start_accuracy) is part of the recipe.
+    key = {"model": model, "seed": cfg.seed,
+           "recipe": {**dataclasses.asdict(recipe), "target_accuracy": data.synthetic_warm_start_accuracy}}
+    if data.synthetic_eval_size > RESERVED_HELD_OUT:
+        key["eval"] = data.synthetic_eval_size
+    if (data.synthetic_max_ops, data.synthetic_ops) != (MAX_OPS, OPERATORS):
+        key["task"] = {"max_ops": data.synthetic_max_ops, "ops": data.synthetic_ops}
+    if data.synthetic_task != "arithmetic":  # absent for the default: cached models keep their keys
+        key["synthetic_task"] = data.synthetic_task
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(os.environ.get(CACHE_ENV, ".cache")) / "tiny-model" / f"{cfg.model.name}-{digest}"
 
@@ -93,30 +100,50 @@ def ensure_prepared(cfg: ExperimentConfig) -> Path:
 
 def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Problem], list[Problem]]:
     """SFT problems (up to recipe.max_ops operations) with worked solutions, and validation problems
-    of the full distribution; none of them is held out for RL."""
-    _, reserved = make_splits(cfg.seed, 0, max(cfg.data.synthetic_eval_size, RESERVED_HELD_OUT))
+    of the run's task distribution; none of them is held out for RL."""
+    data = cfg.data
+    _, reserved = make_splits(data, cfg.seed, 0, max(data.synthetic_eval_size, RESERVED_HELD_OUT))
     avoid = {p.prompt for p in reserved}
     rng = random.Random(f"warm-start/{cfg.seed}")
 
     def draw(n: int, max_ops: int) -> list[Problem]:
         out: list[Problem] = []
         while len(out) < n:
-            p = make_problem(rng, max_ops)
+            p = make_problem(data, rng, max_ops)
             if p.prompt not in avoid:
                 out.append(p)
         return out
 
-    return draw(recipe.sft_problems, recipe.max_ops), draw(recipe.val_problems, 8)
+    return (draw(recipe.sft_problems, min(recipe.max_ops, data.synthetic_max_ops)),
+            draw(recipe.val_problems, data.synthetic_max_ops))
 
 
-def greedy_accuracy(model_dir: Path, problems: list[Problem], max_new_tokens: int) -> float:
-    """Share of problems whose greedy completion has the right final answer (math reward)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def answer_check(cfg: ExperimentConfig) -> Callable[[str, Problem], bool]:
+    """Whether a response solves a problem, as the run's reward judges it: math verification of the
+    final answer, or (programs) the program run in the run's sandbox against the problem's tests."""
+    if cfg.data.synthetic_task == "programs":
+        from areal_hpc.reward.code_check import check_code
+        from areal_hpc.reward.code_tests import parse_tests
+        from areal_hpc.reward.sandbox import Sandbox
+        from areal_hpc.reward.task import CodeTask
+
+        sandbox = Sandbox.detect(cfg.reward.code)
+        return lambda text, p: check_code(CodeTask(text, parse_tests(json.loads(p.answer))), cfg.reward,
+                                          sandbox).reward >= cfg.reward.correct
 
     from areal_hpc.config.schema import RewardConfig
     from areal_hpc.reward.math_check import check_math
     from areal_hpc.reward.task import MathTask
+
+    reward = RewardConfig()
+    return lambda text, p: check_math(MathTask(text, p.answer), reward).passed == 1
+
+
+def greedy_accuracy(model_dir: Path, problems: list[Problem], max_new_tokens: int,
+                    solves: Callable[[str, Problem], bool]) -> float:
+    """Share of problems whose greedy completion `solves` accepts."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     tok.padding_side = "left"
@@ -128,10 +155,7 @@ def greedy_accuracy(model_dir: Path, problems: list[Problem], max_new_tokens: in
             eos_token_id=tok.eos_token_id,
         )
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    reward = RewardConfig()
-    return sum(check_math(MathTask(t, p.answer), reward).passed for t, p in zip(texts, problems, strict=True)) / len(
-        problems
-    )
+    return sum(map(solves, texts, problems)) / len(problems)
 
 
 def _sft_config(cfg: ExperimentConfig, recipe: Recipe) -> ExperimentConfig:
@@ -154,7 +178,7 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
     sft_cfg = _sft_config(cfg, recipe)
     init_trainer_world(sft_cfg, 0, 1, f"tcp://127.0.0.1:{free_port()}")
     with tempfile.TemporaryDirectory() as tmp:
-        init_dir = build_tiny_model(cfg.model, Path(tmp) / "init", seed=cfg.seed)
+        init_dir = build_tiny_model(cfg.model, Path(tmp) / "init", seed=cfg.seed, task=cfg.data.synthetic_task)
         engine = TrainEngine(sft_cfg)
         engine.load_hf(init_dir)
         tok = AutoTokenizer.from_pretrained(str(init_dir))
@@ -166,6 +190,7 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
         ]
         longest = max(len(c) for _, c in pairs) + 8
         rng = random.Random(cfg.seed)
+        solves = answer_check(cfg)
         history = []
         acc, step = 0.0, 0
         while step < recipe.max_steps:
@@ -173,11 +198,11 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
                 metrics = engine.sft_step(rng.sample(pairs, recipe.batch))
                 step += 1
             engine.export_hf(out, tokenizer_dir=init_dir)
-            acc = greedy_accuracy(out, val, longest)
+            acc = greedy_accuracy(out, val, longest, solves)
             history.append({"step": step, "loss": metrics["loss"], "val_accuracy": acc})
             print(f"warm start: step {step} loss {metrics['loss']:.3f} validation accuracy {acc:.3f}",
                   file=sys.stderr, flush=True)
-            if acc >= recipe.target_accuracy:
+            if acc >= cfg.data.synthetic_warm_start_accuracy:
                 break
     info = {"steps": step, "val_accuracy": acc, "seconds": time.monotonic() - start, "history": history,
             "recipe": dataclasses.asdict(recipe)}
@@ -187,6 +212,9 @@ def prepare(cfg: ExperimentConfig, out: Path, recipe: Recipe = Recipe()) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     from areal_hpc.config.load import load_config
+    from areal_hpc.metrics.library_logs import quiet_libraries
+
+    quiet_libraries()
 
     p = argparse.ArgumentParser(prog="python -m areal_hpc.recipes.warm_start", description=__doc__.split("\n")[0])
     p.add_argument("config")

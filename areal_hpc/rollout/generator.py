@@ -32,6 +32,7 @@ import numpy as np
 
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import UserError
+from areal_hpc.rollout.engine_stats import EngineStats, stat_logger_factory
 from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferError
 from areal_hpc.wire.device import device_of
 from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory
@@ -113,6 +114,8 @@ class Generator:
         self._update_lock = asyncio.Lock()
         self._max_model_len = 0
         self._vocab_size = 0
+        # Step times by batch size, for the simulator's fit (engine_stats.py).
+        self.engine_stats = EngineStats()
 
     @property
     def version(self) -> int:
@@ -152,6 +155,8 @@ class Generator:
             weight_transfer_config={"backend": "gloo" if cpu else "areal_nccl"},
             worker_extension_cls=_WORKER_EXTENSION,
             disable_log_stats=True,
+            # Per-iteration batch sizes for engine_stats; vLLM's own stat logging stays off.
+            enable_logging_iteration_details=True,
             # Each token's log-prob under the distribution it was sampled from (after temperature),
             # which is what the trainer computes for pi_prox; vLLM's default reports the raw
             # logits' log-probs, which differ from it at any temperature but 1.
@@ -161,7 +166,7 @@ class Generator:
         if bind:  # read by the engine processes started now; restored for the next engine
             os.environ[CPU_BIND_ENV] = str(self.cpu_core)
         try:
-            self._engine = AsyncLLM.from_engine_args(args)
+            self._engine = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory(self.engine_stats)])
         finally:
             if bind:
                 del os.environ[CPU_BIND_ENV]
@@ -331,6 +336,7 @@ class Generator:
                     f"{self._version}, but layers received before the failure hold new weights"
                 ) from e
             finally:
+                self.engine_stats.interrupt()
                 await self._engine.resume_generation()
                 self._serving.set()
             return WeightUpdate(version, time.perf_counter() - start, reports[0]["checksums"])

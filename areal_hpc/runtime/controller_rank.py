@@ -128,6 +128,8 @@ class Controller:
         self.last_sync_s: float | None = None
         self.ckpt_path: Path | None = None
         self.step_gen_tokens = 0.0
+        # The generators' engine step-time sums (WeightsLoaded.engine_stats) since the last record.
+        self.step_engine_stats: dict[str, float] = {}
         self.now = time.monotonic()
         self.last_step_at = self.now
         self.trainer_clock = BusyClock(self.now)
@@ -276,6 +278,8 @@ class Controller:
             self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums))
         elif isinstance(msg, WeightsLoaded):
             self.sync_seconds[(msg.generator_rank, msg.version)] = msg.seconds
+            for key, value in msg.engine_stats.items():
+                self.step_engine_stats[key] = self.step_engine_stats.get(key, 0.0) + value
             self.watchdog.finish(WEIGHT_UPDATE, self._name(msg.generator_rank), self.now)
             self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, msg.checksums))
             self._watch_generation(msg.generator_rank)
@@ -359,6 +363,8 @@ class Controller:
         )
         if self.last_sync_s is not None:
             record["weight_sync_s"] = self.last_sync_s
+        record.update(self.step_engine_stats)
+        self.step_engine_stats = {}
         self.step_gen_tokens = 0.0
         self.metrics.write(done.version, record)
         self.progress.update(done.version, record)

@@ -139,7 +139,8 @@ class GeneratorRank:
                 checksums = update.checksums
                 if fault.requested("generator", self.index, "checksum"):
                     checksums = {**checksums, min(checksums): "corrupted"}
-                self.chan.send(CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, checksums))
+                self.chan.send(CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, checksums,
+                                                              gen.engine_stats.take()))
             elif isinstance(msg, Shutdown):
                 return
             else:

@@ -1,6 +1,7 @@
 """The fully asynchronous system: generators stream, the trainer steps whenever the buffer holds
 a batch of complete prompt groups, and every weight update interrupts the generators (transfer,
-then re-prefill of in-flight sequences in abort mode).
+then re-prefill of in-flight sequences in abort mode). A finished sample reaches the controller
+after its reward latency (Workload.reward_s; the reward pool scores samples in parallel).
 
 Admission and the batch gate are the controller's own Scheduler (areal_hpc.controller.scheduler):
 the simulator makes the same decisions as the real system, at any scale.
@@ -8,6 +9,8 @@ the simulator makes the same decisions as the real system, at any scale.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 
 from areal_hpc.controller.scheduler import Policy, Scheduler, Submit, Train
@@ -112,10 +115,24 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
         trainer_busy.append((at, end))
         return end
 
+    def receive(now: float, done: list[Trajectory]) -> None:
+        """Scored samples reach the controller; a batch they complete starts training."""
+        nonlocal drained_at, train_end
+        ctl.finished(done)
+        if drained_at is None and ctl.burst_left == 0:
+            drained_at = now
+        batch = ctl.poll(now)
+        if batch is not None:
+            train_end = start_training(batch, max(now, trainer_free))
+
+    # Finished samples still being scored: (arrival time at the controller, order, samples).
+    scoring: list[tuple[float, int, list[Trajectory]]] = []
+    order = itertools.count()
     batch = ctl.poll(0.0)
     while warmup is None or len(ends) < warmup + measured or ends[-1] - ends[warmup - 1] < drained_at:
         t_gen = fleet.next_time()
-        if train_end <= t_gen:
+        t_scored = scoring[0][0] if scoring else math.inf
+        if train_end <= min(t_gen, t_scored):
             now, train_end = train_end, math.inf
             ends.append(now)
             if warmup is None and drained_at is not None and now >= 2.0 * drained_at:
@@ -129,16 +146,17 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
             batch = ctl.poll(now)
             if batch is not None:
                 train_end = start_training(batch, trainer_free)
+        elif t_scored <= t_gen:
+            now, _, done = heapq.heappop(scoring)
+            receive(now, done)
         elif math.isinf(t_gen):
             raise RuntimeError("simulation stalled: no generation in flight and no batch to train")
         else:
             now, done = fleet.pop()
-            ctl.finished(done)
-            if drained_at is None and ctl.burst_left == 0:
-                drained_at = now
-            batch = ctl.poll(now)
-            if batch is not None:
-                train_end = start_training(batch, max(now, trainer_free))
+            if w.reward_s > 0:
+                heapq.heappush(scoring, (now + w.reward_s, next(order), done))
+            else:
+                receive(now, done)
     return Run(
         step_ends=tuple(ends), step_tokens=tuple(tokens), warmup=warmup,
         gen_busy_gpu_s=(fleet.busy_s(ends[-1]) - gen_busy_start) * layout.gen_tp,

@@ -72,14 +72,24 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """The three global efficiencies; calibration.py fits them on one row of Figure 4."""
+    """The global efficiencies: calibration.py fits the first two on one row of Figure 4;
+    `areal-hpc sim fit` fits all of them on measured runs (run_fit.py)."""
 
     # Fraction of HBM bandwidth and of peak FLOP/s a decode step reaches.
     decode: float
     # Fixed time of every decode step, seconds: scheduling, sampling, kernel launches.
     step_overhead_s: float
-    # Model-FLOPs utilisation of training and prefill (dense compute).
+    # Model-FLOPs utilisation of training (dense compute), and of prefill unless prefill_mfu is set.
     mfu: float
+    # Model-FLOPs utilisation of prefill and re-prefill; None: the training MFU.
+    prefill_mfu: float | None = None
+    # Fixed time of every weight update on top of its bytes over the link, seconds: pausing and
+    # resuming the engines, loading the received tensors.
+    update_overhead_s: float = 0.0
+
+    @property
+    def prefill(self) -> float:
+        return self.mfu if self.prefill_mfu is None else self.prefill_mfu
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ class CostModel:
 
     def prefill_s(self, tokens: float, sq_sum: float, tp: int) -> float:
         """Prefill (or re-prefill after an interruption) of contexts on one engine: compute-bound."""
-        return self.forward_flops(tokens, sq_sum) / (tp * self.hw.peak_flops * self.eff.mfu)
+        return self.forward_flops(tokens, sq_sum) / (tp * self.hw.peak_flops * self.eff.prefill)
 
     def train_s(self, tokens: float, sq_sum: float, gpus: int, dp: int, minibatches: int,
                 model_gpus: int) -> float:
@@ -159,7 +169,7 @@ class CostModel:
     def broadcast_s(self, pp: int) -> float:
         """Trainer to generators over the network: each pipeline stage's leader broadcasts its
         share; a pipelined broadcast costs about bytes / bandwidth whatever the receiver count."""
-        return self.weight_bytes / pp / self.hw.net_bw
+        return self.eff.update_overhead_s + self.weight_bytes / pp / self.hw.net_bw
 
     def reshard_s(self, gpus: int) -> float:
         """Colocated switch from sharded training weights to whole inference weights: an

@@ -1,4 +1,4 @@
-"""GPU presets: the few hardware numbers the cost model needs, each with its source.
+"""GPU presets (and one CPU): the few hardware numbers the cost model needs, each with its source.
 
 Bandwidths are per GPU and one direction, because a collective's time is bytes over the link
 one GPU can push. All values are datasheet peaks; the calibrated efficiencies in cost_model.py
@@ -41,7 +41,17 @@ H100 = Hardware("H100", 989.4e12, 80e9, 3.35e12, 450e9, 50e9)
 # NVIDIA H200 SXM datasheet: the H100's compute, 141 GB HBM3e at 4.8 TB/s, same links.
 H200 = Hardware("H200", 989.4e12, 141e9, 4.8e12, 450e9, 50e9)
 
-PRESETS = {hw.name.lower(): hw for hw in (H800, H100, H200)}
+# The CPU profile's machine class (this repository's CI and development machines: Intel Xeon with
+# AVX-512 and AMX, Sapphire Rapids class, 2.6 GHz, 2 cores, 24 GiB): one core is one "GPU", as the
+# CPU profile binds each generator engine and each trainer rank to a core. Peak: fp32 (the CPU
+# profile's dtype), 2 AVX-512 FMA units x 16 lanes x 2 FLOP x 2.6 GHz = 166 GFLOP/s. Memory: the
+# machine's 24 GiB over its 2 cores. Bandwidths measured here (numpy copy of 64 MiB, read + write:
+# 7.6 GB/s; TCP over loopback, what gloo uses between ranks: 2.2 GB/s; both under load, so low
+# bounds). The fitted efficiencies are relative to these numbers, and predictions on this preset
+# multiply by the same numbers the fit divided by, so their errors cancel (docs/simulator.md).
+CPU = Hardware("cpu", 166.4e9, 12 * 2**30, 8e9, 2e9, 2e9, gpus_per_node=2)
+
+PRESETS = {hw.name.lower(): hw for hw in (H800, H100, H200, CPU)}
 
 
 def preset(name: str) -> Hardware:

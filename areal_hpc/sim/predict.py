@@ -18,7 +18,7 @@ from areal_hpc.sim.calibration import FITTED
 from areal_hpc.sim.cost_model import CostModel, Efficiency, ModelShape
 from areal_hpc.sim.hardware import H800, Hardware
 from areal_hpc.sim.layout import Layout, colocated_layout, make_fleet, memory_plan, split_layout
-from areal_hpc.sim.lengths import LengthStream
+from areal_hpc.sim.lengths import REASONING, LengthDistribution, LengthStream
 from areal_hpc.sim.run import Run
 from areal_hpc.sim.sync_system import run_sync
 from areal_hpc.sim.workload import Workload, workload_from
@@ -46,9 +46,12 @@ QUICK = Fidelity(steps=4, sync_steps=1)
 
 @cache
 def experiment(model: str) -> ExperimentConfig:
-    """The paper experiment config of a model size ('1.5b', '7b', '14b', '32b')."""
+    """The paper experiment config of a model size ('1.5b', '7b', '14b', '32b'), or the experiment
+    config at a path ending in .yaml (a measured run's, to predict its variants)."""
+    if model.endswith((".yaml", ".yml")) and Path(model).is_file():
+        return load_config(model, check_files=False)
     if model not in EXPERIMENTS:
-        raise UserError(f"unknown model '{model}'; choose one of {', '.join(EXPERIMENTS)}")
+        raise UserError(f"unknown model '{model}'; choose one of {', '.join(EXPERIMENTS)} or an experiment .yaml")
     return load_config(CONFIG_DIR / f"{EXPERIMENTS[model]}.yaml", check_files=False)
 
 
@@ -60,10 +63,11 @@ def layout_for(cfg: ExperimentConfig, gpus: int, system: str) -> Layout:
     return split_layout(cfg, gpus) if system == "areal" else colocated_layout(cfg, gpus)
 
 
-def workload_for(cfg: ExperimentConfig, layout: Layout, context: int | None = None) -> Workload:
+def workload_for(cfg: ExperimentConfig, layout: Layout, context: int | None = None,
+                 lengths: LengthDistribution = REASONING, reward_s: float = 0.0) -> Workload:
     """The config's workload on `layout`: prompts in flight scale with the generator engines, so
     each engine keeps the load the config gives it (the staleness bound still caps the total)."""
-    w = workload_from(cfg, context)
+    w = workload_from(cfg, context, lengths, reward_s)
     per_engine = cfg.rollout.max_concurrent / cfg.generator.count
     return replace(w, max_concurrent=max(1, round(per_engine * layout.engines)))
 
@@ -119,30 +123,33 @@ def simulate(cfg: ExperimentConfig, layout: Layout, w: Workload, hw: Hardware = 
 
 
 def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware = H800,
-            eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT) -> list[Prediction]:
-    """One prediction per GPU count."""
+            eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
+            reward_s: float = 0.0) -> list[Prediction]:
+    """One prediction per GPU count. `lengths` and `reward_s`: see workload_from."""
     cfg = experiment(model)
     out = []
     for n in gpus:
         layout = layout_for(cfg, n, system)
-        out.append(simulate(cfg, layout, workload_for(cfg, layout, context), hw, eff, fidelity))
+        out.append(simulate(cfg, layout, workload_for(cfg, layout, context, lengths, reward_s), hw, eff, fidelity))
     return out
 
 
 def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficiency = FITTED,
-          fidelity: Fidelity = DEFAULT) -> Prediction:
+          fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
+          reward_s: float = 0.0) -> Prediction:
     """The paper's Table 3 batch and generation length on `nodes` nodes; Run.hours(steps) gives
     the wall-clock time of a training run."""
     if nodes < 1:
         raise UserError(f"--nodes must be positive, got {nodes}")
     cfg = experiment(model)
     layout = layout_for(cfg, nodes * hw.gpus_per_node, system)
-    return simulate(cfg, layout, workload_for(cfg, layout), hw, eff, fidelity)
+    return simulate(cfg, layout, workload_for(cfg, layout, None, lengths, reward_s), hw, eff, fidelity)
 
 
 def staleness(model: str, gpus: int, etas: list[int | None], context: int | None = None,
               hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT,
-              gate: str | None = None) -> list[Prediction]:
+              gate: str | None = None, lengths: LengthDistribution = REASONING,
+              reward_s: float = 0.0) -> list[Prediction]:
     """One asynchronous prediction per staleness bound (None: unbounded); `gate` replaces the
     config's rollout.staleness_gate."""
     for eta in etas:
@@ -150,7 +157,7 @@ def staleness(model: str, gpus: int, etas: list[int | None], context: int | None
             raise UserError(f"eta must be >= 0, got {eta}")
     cfg = experiment(model)
     layout = layout_for(cfg, gpus, "areal")
-    w = workload_for(cfg, layout, context)
+    w = workload_for(cfg, layout, context, lengths, reward_s)
     if gate is not None:
         if gate not in GATES:
             raise UserError(f"unknown staleness gate '{gate}'; choose one of {', '.join(GATES)}")

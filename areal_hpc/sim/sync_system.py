@@ -29,6 +29,7 @@ def run_sync(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps: 
         while left:
             gen_end, done = fleet.pop()
             left -= len(done)
+        gen_end += w.reward_s  # the last sample's score
         for group in groups:
             fleet.release(group)
         tok = sum(g.tokens for g in groups)

@@ -40,6 +40,9 @@ class Workload:
     memory_utilization: float
     # Interrupted sequences recompute their KV cache (mode abort) rather than keep it.
     reprefill: bool
+    # Seconds from a sample's last token to its reward reaching the controller (scored in
+    # parallel, so a latency, not a throughput limit).
+    reward_s: float = 0.0
 
     @property
     def max_context(self) -> int:
@@ -57,9 +60,11 @@ class Workload:
 
 
 def workload_from(cfg: ExperimentConfig, context: int | None = None,
-                  lengths: LengthDistribution = REASONING) -> Workload:
+                  lengths: LengthDistribution = REASONING, reward_s: float = 0.0) -> Workload:
     """The workload of an experiment config. `context` (prompt + generation, tokens) replaces the
-    config's max_prompt_len + max_new_tokens; the generation cap becomes context - max_prompt_len."""
+    config's max_prompt_len + max_new_tokens; the generation cap becomes context - max_prompt_len.
+    `lengths` (its cap replaced by that) and `reward_s` default to the paper's assumptions; a
+    calibration (calibration_file.py) gives measured ones."""
     r = cfg.rollout
     cap = r.max_new_tokens if context is None else context - r.max_prompt_len
     if cap < 1:
@@ -79,4 +84,5 @@ def workload_from(cfg: ExperimentConfig, context: int | None = None,
         micro_batch_tokens=cfg.trainer.micro_batch_tokens,
         memory_utilization=cfg.generator.gpu_memory_utilization,
         reprefill=cfg.generator.interrupt_mode == "abort",
+        reward_s=reward_s,
     )

@@ -193,6 +193,9 @@ class WeightsLoaded:
     version: int
     seconds: float
     checksums: dict[str, str] = field(default_factory=dict)
+    # The engine's decode and prefill step-time sums since its previous update
+    # (areal_hpc/rollout/engine_stats.py), added into the step's metrics under `gen/`.
+    engine_stats: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from areal_hpc.config.load import load_config
@@ -25,9 +27,12 @@ def test_layouts_give_the_keys_and_set_keys_win():
     ("data.answer_key=reward_model..ground_truth", "data.answer_key = 'reward_model..ground_truth': must be a key"),
     ("data.chat_template=/no/such.jinja", "data.chat_template = '/no/such.jinja': not auto, none or an existing"),
     ("data.train_path=/no/such/dir", "data.train_path = '/no/such/dir': file not found"),
+    ("data.synthetic_ops=+/", "data.synthetic_ops = '+/': must be a non-empty subset of"),
+    ("data.synthetic_ops=++", "data.synthetic_ops = '++': must be a non-empty subset of"),
+    ("data.synthetic_max_ops=9", "data.synthetic_max_ops = 9: must be between 1 and 8"),
 ])
 def test_bad_data_settings_are_named(override, fragment):
-    with pytest.raises(ConfigError, match=fragment.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
         load_config(TINY, [override])
 
 

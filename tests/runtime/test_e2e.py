@@ -154,3 +154,30 @@ def test_a_hung_rank_is_named_within_its_deadline(tmp_path, tiny_model_dir, faul
     assert job.returncode != 0
     assert named in job.output, job.output[-5000:]
     assert "past its deadline of 20 s" in job.output
+
+
+def test_sim_fit_on_this_run_then_predict_with_it(killed_and_resumed, tmp_path, capsys):
+    """`areal-hpc sim fit` on the run directory of this real job (both its runs), then the
+    simulator's commands accept the calibration it wrote."""
+    from areal_hpc.cli import main
+    from areal_hpc.sim.commands import read_calibration
+
+    run_dir = killed_and_resumed["run_dir"]
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "trained_tokens" in r]
+    assert any(k.startswith("gen/decode/b") for r in steps for k in r), "no engine step times recorded"
+    assert all("response_len_log_within_std" in r and "reward_s_mean" in r for r in steps)
+    out = tmp_path / "calibration.yaml"
+    assert main(["sim", "fit", str(run_dir), "--out", str(out)]) == 0
+    cal = read_calibration(out)
+    assert cal.hardware == "cpu"
+    for name in ("step_overhead_s", "train_mfu", "update_overhead_s", "reward_s", "length_median"):
+        assert getattr(cal, name).points > 0, name
+    capsys.readouterr()
+    model = "configs/experiments/tiny-cpu.yaml"
+    assert main(["sim", "scaling", "--model", model, "--context", "384", "--gpus", "2,3",
+                 "--calibration", str(out), "--json", "--quick"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in rows] == [2, 3] and all(r["tokens_per_s"] > 0 for r in rows)
+    assert main(["sim", "staleness", "--model", model, "--gpus", "2", "--etas", "0,2",
+                 "--calibration", str(out), "--json", "--quick"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
