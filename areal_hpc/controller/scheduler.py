@@ -223,6 +223,21 @@ class Scheduler:
             return False
         return (self.stop_requested or self.version >= self.policy.total_steps) and not self.syncs
 
+    def stalled(self) -> str | None:
+        """Why training can never go on, or None. Each wait of the loop waits for an event (a
+        sample, a step, an update, a checkpoint, an eval round); with none of them pending and no
+        batch dispatched, nothing will ever change: a bug, named at once rather than a silent
+        hang until the job's time limit."""
+        if not self.training or self.finished() or self.stop_requested:
+            return None
+        if (self.step is not None or self.syncs or self.ckpt_requested or self.ckpt_in_progress is not None
+                or self.eval is not None or self.sm.running):
+            return None
+        needed = self.policy.total_steps * self.policy.batch_prompts
+        return (f"at version {self.version} of {self.policy.total_steps} no prompt is in flight and"
+                f" {self.buffer.ready} complete of the {self.policy.batch_prompts} a batch needs wait;"
+                f" {self.sm.accepted} prompts accepted of the {needed} the run needs")
+
     @property
     def syncing(self) -> bool:
         return bool(self.syncs)
@@ -358,7 +373,10 @@ class Scheduler:
     def _dispatch(self, out: list[Command]) -> None:
         """Hand the oldest complete groups to the trainer when a batch may train."""
         b = self.policy.batch_prompts
-        if self.step is not None or self.version >= self.policy.total_steps or self.ckpt_requested:
+        # Not while a checkpoint is asked for or being saved: its state (taken when the loop
+        # executes the Checkpoint) must still hold the next batch, which is trained after it.
+        if (self.step is not None or self.version >= self.policy.total_steps or self.ckpt_requested
+                or self.ckpt_in_progress is not None):
             return
         if self.buffer.ready < b:
             return

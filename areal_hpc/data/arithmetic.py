@@ -9,6 +9,7 @@ and long sequences, like reasoning traces do.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PROMPT_TEMPLATE = "Q: {expr} = ?\nA:"
@@ -69,13 +70,20 @@ def make_splits(seed: int, train_size: int, eval_size: int, max_ops: int = MAX_O
                 operators: str = OPERATORS) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and held-out sets (no held-out prompt appears in training)."""
     rng = random.Random(seed)
+    return disjoint_splits(lambda: make_problem(rng, max_ops, operators=operators), train_size, eval_size)
+
+
+def disjoint_splits(draw: Callable[[], Problem], train_size: int, eval_size: int) -> tuple[list[Problem], list[Problem]]:
+    """`eval_size` distinct held-out problems first, then `train_size` training problems none of
+    whose prompts is held out: the held-out set of a seed is a prefix of one sequence, whatever
+    its size, and training never sees it."""
     held_out: dict[str, Problem] = {}
     while len(held_out) < eval_size:
-        p = make_problem(rng, max_ops, operators=operators)
+        p = draw()
         held_out.setdefault(p.prompt, p)
     train = []
     while len(train) < train_size:
-        p = make_problem(rng, max_ops, operators=operators)
+        p = draw()
         if p.prompt not in held_out:
             train.append(p)
     return train, list(held_out.values())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 
-from areal_hpc.data.arithmetic import Problem
+from areal_hpc.data.arithmetic import Problem, disjoint_splits
 
 PROMPT_TEMPLATE = "Read x, print f(x).\n{examples}\n"
 SOLUTION_TEMPLATE = "```python\nx=int(input())\nprint({a}*x{b:+d})\n```"
@@ -49,13 +49,4 @@ def make_problem(rng: random.Random) -> Problem:
 def make_splits(seed: int, train_size: int, eval_size: int) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and held-out sets (no held-out prompt appears in training)."""
     rng = random.Random(f"programs/{seed}")
-    held_out: dict[str, Problem] = {}
-    while len(held_out) < eval_size:
-        p = make_problem(rng)
-        held_out.setdefault(p.prompt, p)
-    train = []
-    while len(train) < train_size:
-        p = make_problem(rng)
-        if p.prompt not in held_out:
-            train.append(p)
-    return train, list(held_out.values())
+    return disjoint_splits(lambda: make_problem(rng), train_size, eval_size)

@@ -185,6 +185,8 @@ class Controller:
         self.now = time.monotonic()
         commands = self.sched.poll()
         self._execute(commands)
+        if not commands and (why := self.sched.stalled()):
+            abort_job(self.chan.comm, f"the scheduler stalled (a bug of areal-hpc): {why}")
         self._update_clocks()
         if self.now - self.watched_at >= WATCHDOG_EVERY_S:
             self.watched_at = self.now

@@ -21,6 +21,7 @@ import traceback
 from areal_hpc.errors import UserError
 from areal_hpc.metrics.library_logs import quiet_libraries
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
+from areal_hpc.runtime.stacks import dump_stacks_on_signal
 from areal_hpc.wire.layout import Role, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.lifeline import hold as hold_lifeline
@@ -117,6 +118,7 @@ def run(config: str, overrides: list[str]) -> int:
     """The whole life of this MPI rank; returns its exit code."""
     from mpi4py import MPI
 
+    dump_stacks_on_signal()
     chan = Channel(MPI.COMM_WORLD)
     if chan.rank == 0:
         return _controller(chan, config, overrides)

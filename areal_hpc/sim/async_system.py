@@ -111,7 +111,7 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
         tok = sum(g.tokens for g in batch)
         staleness = max(staleness, ctl.version - min(g.version for g in batch))
         tokens.append(tok)
-        end = at + layout.train_s(cost, tok, sum(g.sq_tokens for g in batch), w.minibatches)
+        end = at + layout.train_s(cost, tok, sum(g.sq_tokens for g in batch), w.minibatches, w.micro_batch_tokens)
         trainer_busy.append((at, end))
         return end
 
@@ -162,5 +162,5 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
         gen_busy_gpu_s=(fleet.busy_s(ends[-1]) - gen_busy_start) * layout.gen_tp,
         train_busy_gpu_s=busy_in(trainer_busy, ends[warmup - 1], ends[-1]) * layout.train_gpus,
         gen_gpus=layout.gen_gpus, train_gpus=layout.train_gpus, colocated=False,
-        max_staleness=staleness,
+        max_staleness=staleness, update_s=layout.update_s(cost),
     )

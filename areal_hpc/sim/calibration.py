@@ -71,6 +71,8 @@ def _number(x: object) -> bool:
 # Parameters that must be positive for the cost model (a zero efficiency divides by zero).
 _POSITIVE = ("decode_efficiency", "prefill_mfu", "train_mfu", "length_median")
 _AT_MOST_ONE = ("decode_efficiency", "prefill_mfu", "train_mfu", "length_prompt_share")
+# Parameters later versions of `sim fit` added: a file written before them reads them as unmeasured.
+_ADDED_LATER = {"prompt_len": Fitted.prior(0.0)}
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Calibration:
     update_overhead_s: Fitted
     # Seconds from a sample's last token to its reward at the controller.
     reward_s: Fitted
+    # Tokens of a prompt, chat template included (0 points: the task's assumption is kept).
+    prompt_len: Fitted
     # Log-normal response lengths (lengths.LengthDistribution; the cap is the workload's).
     length_median: Fitted
     length_sigma: Fitted
@@ -101,6 +105,10 @@ class Calibration:
         return Efficiency(decode=self.decode_efficiency.value, step_overhead_s=self.step_overhead_s.value,
                           mfu=self.train_mfu.value, prefill_mfu=self.prefill_mfu.value,
                           update_overhead_s=self.update_overhead_s.value)
+
+    def prompt_tokens(self) -> int | None:
+        """The measured prompt length, or None where the runs did not measure it."""
+        return max(1, round(self.prompt_len.value)) if self.prompt_len.points else None
 
     def lengths(self, cap: int) -> LengthDistribution:
         return LengthDistribution(self.length_median.value, self.length_sigma.value, cap,
@@ -138,6 +146,9 @@ class Calibration:
         values = {}
         for name in cls.parameter_names():
             if name not in params:
+                if name in _ADDED_LATER:
+                    values[name] = _ADDED_LATER[name]
+                    continue
                 raise CalibrationError(f"parameters.{name}: missing")
             values[name] = Fitted.from_dict(params[name], f"parameters.{name}")
             if name in _POSITIVE and values[name].value <= 0:

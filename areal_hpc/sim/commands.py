@@ -164,7 +164,8 @@ def _setup(args: argparse.Namespace) -> dict:
     hw = preset(args.hardware or (cal.hardware if cal else DEFAULT_HARDWARE))
     if cal is None:
         return {"hw": hw}
-    return {"hw": hw, "eff": cal.efficiency, "lengths": cal.lengths(REASONING.cap), "reward_s": cal.reward_s.value}
+    return {"hw": hw, "eff": cal.efficiency, "lengths": cal.lengths(REASONING.cap), "reward_s": cal.reward_s.value,
+            "prompt_len": cal.prompt_tokens()}
 
 
 def _fidelity(args: argparse.Namespace) -> predict.Fidelity:

@@ -6,6 +6,7 @@ numbers from hardware.py, and three global efficiencies (Efficiency) that calibr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -107,6 +108,23 @@ class DecodeStep:
         return self.base + max(self.mem0 + self.mem1 * context, self.cmp0 + self.cmp1 * context)
 
 
+def pipeline_stretch(pp: int, tokens: float, dp: int, minibatches: int, micro_batch_tokens: int) -> float:
+    """How much pipeline bubbles lengthen a PPO step's compute (Megatron's 1F1B schedule): m
+    micro-batches through pp stages take m + pp - 1 micro-batch slots of a stage, not m. The
+    proximal forward pass (a quarter of the FLOPs) packs a replica's whole share into micro-batches
+    of the token budget; each forward-backward pass (the other three quarters) one minibatch's
+    share. 1 without pipeline parallelism; near 1 when micro-batches are many."""
+    if pp <= 1:
+        return 1.0
+
+    def stretch(share: float) -> float:
+        m = max(1, math.ceil(share / micro_batch_tokens))
+        return (m + pp - 1) / m
+
+    replica = tokens / dp
+    return (stretch(replica) + 3.0 * stretch(replica / minibatches)) / 4.0
+
+
 def ring_allreduce_s(nbytes: float, ranks: int, bw: float) -> float:
     """Ring all-reduce: each rank sends and receives 2 (n-1)/n of the buffer."""
     return 0.0 if ranks <= 1 else 2.0 * (ranks - 1) / ranks * nbytes / bw
@@ -157,11 +175,14 @@ class CostModel:
         return self.forward_flops(tokens, sq_sum) / (tp * self.hw.peak_flops * self.eff.prefill)
 
     def train_s(self, tokens: float, sq_sum: float, gpus: int, dp: int, minibatches: int,
-                model_gpus: int) -> float:
+                model_gpus: int, pp: int = 1, micro_batch_tokens: int = 1) -> float:
         """One PPO step: a forward pass for the proximal log-probs, then forward and backward
-        (twice a forward) over every token, at the MFU; plus one fp32 gradient all-reduce over the
-        data-parallel ranks per minibatch. `model_gpus` = tp * pp GPUs hold one model replica."""
+        (twice a forward) over every token, at the MFU, lengthened by the pipeline bubbles of `pp`
+        stages over micro-batches of `micro_batch_tokens` (pipeline_stretch); plus one fp32
+        gradient all-reduce over the data-parallel ranks per minibatch. `model_gpus` = tp * pp GPUs
+        hold one model replica."""
         compute = 4.0 * self.forward_flops(tokens, sq_sum) / (gpus * self.hw.peak_flops * self.eff.mfu)
+        compute *= pipeline_stretch(pp, tokens, dp, minibatches, micro_batch_tokens)
         grad_bytes = 4.0 * self.shape.params / model_gpus
         sync = minibatches * ring_allreduce_s(grad_bytes, dp, self.link_bw(gpus))
         return compute + sync

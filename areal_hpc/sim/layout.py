@@ -50,9 +50,10 @@ class Layout:
         return (f"{self.gen_gpus} generator GPUs ({self.engines} x tp{self.gen_tp}) + {self.train_gpus} "
                 f"trainer GPUs (tp{self.train_tp} x pp{self.train_pp} x dp{self.train_dp})")
 
-    def train_s(self, cost: CostModel, tokens: float, sq_sum: float, minibatches: int) -> float:
+    def train_s(self, cost: CostModel, tokens: float, sq_sum: float, minibatches: int,
+                micro_batch_tokens: int) -> float:
         return cost.train_s(tokens, sq_sum, self.train_gpus, self.train_dp, minibatches,
-                            self.train_tp * self.train_pp)
+                            self.train_tp * self.train_pp, self.train_pp, micro_batch_tokens)
 
     def update_s(self, cost: CostModel) -> float:
         """New weights into the generators: a broadcast, or a colocated reshard."""

@@ -64,10 +64,11 @@ def layout_for(cfg: ExperimentConfig, gpus: int, system: str) -> Layout:
 
 
 def workload_for(cfg: ExperimentConfig, layout: Layout, context: int | None = None,
-                 lengths: LengthDistribution = REASONING, reward_s: float = 0.0) -> Workload:
+                 lengths: LengthDistribution = REASONING, reward_s: float = 0.0,
+                 prompt_len: int | None = None) -> Workload:
     """The config's workload on `layout`: prompts in flight scale with the generator engines, so
     each engine keeps the load the config gives it (the staleness bound still caps the total)."""
-    w = workload_from(cfg, context, lengths, reward_s)
+    w = workload_from(cfg, context, lengths, reward_s, prompt_len)
     per_engine = cfg.rollout.max_concurrent / cfg.generator.count
     return replace(w, max_concurrent=max(1, round(per_engine * layout.engines)))
 
@@ -124,32 +125,33 @@ def simulate(cfg: ExperimentConfig, layout: Layout, w: Workload, hw: Hardware = 
 
 def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware = H800,
             eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
-            reward_s: float = 0.0) -> list[Prediction]:
-    """One prediction per GPU count. `lengths` and `reward_s`: see workload_from."""
+            reward_s: float = 0.0, prompt_len: int | None = None) -> list[Prediction]:
+    """One prediction per GPU count. `lengths`, `reward_s` and `prompt_len`: see workload_from."""
     cfg = experiment(model)
     out = []
     for n in gpus:
         layout = layout_for(cfg, n, system)
-        out.append(simulate(cfg, layout, workload_for(cfg, layout, context, lengths, reward_s), hw, eff, fidelity))
+        out.append(simulate(cfg, layout, workload_for(cfg, layout, context, lengths, reward_s, prompt_len), hw, eff,
+                            fidelity))
     return out
 
 
 def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficiency = FITTED,
           fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
-          reward_s: float = 0.0) -> Prediction:
+          reward_s: float = 0.0, prompt_len: int | None = None) -> Prediction:
     """The paper's Table 3 batch and generation length on `nodes` nodes; Run.hours(steps) gives
     the wall-clock time of a training run."""
     if nodes < 1:
         raise UserError(f"--nodes must be positive, got {nodes}")
     cfg = experiment(model)
     layout = layout_for(cfg, nodes * hw.gpus_per_node, system)
-    return simulate(cfg, layout, workload_for(cfg, layout, None, lengths, reward_s), hw, eff, fidelity)
+    return simulate(cfg, layout, workload_for(cfg, layout, None, lengths, reward_s, prompt_len), hw, eff, fidelity)
 
 
 def staleness(model: str, gpus: int, etas: list[int | None], context: int | None = None,
               hw: Hardware = H800, eff: Efficiency = FITTED, fidelity: Fidelity = DEFAULT,
               gate: str | None = None, lengths: LengthDistribution = REASONING,
-              reward_s: float = 0.0) -> list[Prediction]:
+              reward_s: float = 0.0, prompt_len: int | None = None) -> list[Prediction]:
     """One asynchronous prediction per staleness bound (None: unbounded); `gate` replaces the
     config's rollout.staleness_gate."""
     for eta in etas:
@@ -157,7 +159,7 @@ def staleness(model: str, gpus: int, etas: list[int | None], context: int | None
             raise UserError(f"eta must be >= 0, got {eta}")
     cfg = experiment(model)
     layout = layout_for(cfg, gpus, "areal")
-    w = workload_for(cfg, layout, context, lengths, reward_s)
+    w = workload_for(cfg, layout, context, lengths, reward_s, prompt_len)
     if gate is not None:
         if gate not in GATES:
             raise UserError(f"unknown staleness gate '{gate}'; choose one of {', '.join(GATES)}")

@@ -24,6 +24,8 @@ class Run:
     colocated: bool
     # Largest (training version - submission version) over the trained trajectories.
     max_staleness: int
+    # Seconds every generator pauses for each weight update (split layouts), counted busy above.
+    update_s: float = 0.0
 
     @property
     def window(self) -> tuple[float, float]:
@@ -74,6 +76,17 @@ class Run:
         """Idle share of generator GPU-time (colocated: of the generation phases only)."""
         span = self.window_s - (self.train_busy_gpu_s / self.gpus if self.colocated else 0.0)
         return max(0.0, 1.0 - self.gen_busy_gpu_s / (self.gen_gpus * span))
+
+    @property
+    def gen_not_generating(self) -> float:
+        """Share of generator GPU-time not generating with the current weights: idle, or paused for
+        a weight update. The controller's generator_idle_fraction measures this (a generator is
+        busy while it has prompts in flight and holds the current version); gen_idle counts the
+        pauses as busy. One pause follows each measured step but the last."""
+        if self.colocated:
+            return self.gen_idle
+        paused = (len(self.step_ends) - self.warmup) * self.update_s * self.gen_gpus
+        return min(1.0, max(0.0, 1.0 - (self.gen_busy_gpu_s - paused) / (self.gen_gpus * self.window_s)))
 
     @property
     def train_idle(self) -> float:

@@ -33,7 +33,8 @@ def run_sync(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, steps: 
         for group in groups:
             fleet.release(group)
         tok = sum(g.tokens for g in groups)
-        end = gen_end + layout.train_s(cost, tok, sum(g.sq_tokens for g in groups), w.minibatches)
+        end = gen_end + layout.train_s(cost, tok, sum(g.sq_tokens for g in groups), w.minibatches,
+                                        w.micro_batch_tokens)
         ends.append(end)
         tokens.append(tok)
         if len(ends) == warmup:

@@ -60,11 +60,12 @@ class Workload:
 
 
 def workload_from(cfg: ExperimentConfig, context: int | None = None,
-                  lengths: LengthDistribution = REASONING, reward_s: float = 0.0) -> Workload:
+                  lengths: LengthDistribution = REASONING, reward_s: float = 0.0,
+                  prompt_len: int | None = None) -> Workload:
     """The workload of an experiment config. `context` (prompt + generation, tokens) replaces the
     config's max_prompt_len + max_new_tokens; the generation cap becomes context - max_prompt_len.
-    `lengths` (its cap replaced by that) and `reward_s` default to the paper's assumptions; a
-    calibration (calibration_file.py) gives measured ones."""
+    `lengths` (its cap replaced by that), `reward_s` and `prompt_len` (None: PROMPT_TOKENS of the
+    task) default to the paper's assumptions; a calibration (calibration.py) gives measured ones."""
     r = cfg.rollout
     cap = r.max_new_tokens if context is None else context - r.max_prompt_len
     if cap < 1:
@@ -73,7 +74,7 @@ def workload_from(cfg: ExperimentConfig, context: int | None = None,
     return Workload(
         batch_prompts=r.batch_prompts,
         group_size=r.group_size,
-        prompt_len=min(PROMPT_TOKENS[cfg.reward.kind], r.max_prompt_len),
+        prompt_len=min(PROMPT_TOKENS[cfg.reward.kind] if prompt_len is None else prompt_len, r.max_prompt_len),
         max_prompt_len=r.max_prompt_len,
         lengths=lengths.with_cap(cap),
         eta=r.eta,

@@ -7,21 +7,26 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=slurm/local/common.sh
 source "$here/common.sh"
 
-# Stop the process named by pid file $1: TERM, then KILL after 15 s.
-stop_pid() {
-    local pid_file=$1 pid i
-    if alive "$pid_file"; then
-        pid=$(cat "$pid_file")
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 150; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            kill -KILL "$pid" 2>/dev/null || true
+# Stop the processes named by the pid files given: TERM to all at once, then KILL whatever is left
+# after 15 s (one shared wait, not one per daemon).
+stop_pids() {
+    local pid_file pids=() pid i
+    for pid_file in "$@"; do
+        if alive "$pid_file"; then
+            pids+=("$(cat "$pid_file")")
         fi
-    fi
-    rm -f "$pid_file"
+    done
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for ((i = 0; i < 150; i++)); do
+        local left=0
+        for pid in "${pids[@]}"; do
+            if kill -0 "$pid" 2>/dev/null; then left=1; fi
+        done
+        ((left)) || break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -f "$@"
 }
 
 # Jobs' processes outlive slurmd: cancel them and wait (up to 30 s) while slurmd can still clean up.
@@ -43,7 +48,7 @@ cancel_jobs() {
 
 [[ -d $STATE ]] || exit 0
 cancel_jobs
-for pid_file in "$STATE"/run/slurmd-*.pid; do stop_pid "$pid_file"; done
-stop_pid "$CTLD_PID"
-stop_pid "$MUNGE_PID"
+shopt -s nullglob
+stop_pids "$STATE"/run/slurmd-*.pid "$CTLD_PID"
+stop_pids "$MUNGE_PID"  # last: the others authenticate through it while they stop
 log "stopped (state kept in $STATE)"

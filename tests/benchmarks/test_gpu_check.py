@@ -4,23 +4,16 @@ nowhere else (benchmarks/results/gpu_check.json is a real run's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import loaded
 
 SCRIPT = Path("benchmarks/gpu_check.py")
 RESULT = Path("benchmarks/results/gpu_check.json")
-
-
-def load_module():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +51,9 @@ def test_stage_plans(dry_run):
 
 
 def test_a_stage_past_its_limit_is_reported_not_waited_for(tmp_path):
-    module = load_module()
-    module.STAGES["env"] = (0.01, module.STAGES["env"][1])
-    report = module.run_stage("env", True, tmp_path)
+    with loaded("gpu_check") as module:
+        module.STAGES["env"] = (0.01, module.STAGES["env"][1])
+        report = module.run_stage("env", True, tmp_path)
     assert report["status"] == "timeout" and report["limit_s"] == 0.01 and "result" not in report
 
 

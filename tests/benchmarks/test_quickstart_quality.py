@@ -3,25 +3,14 @@ metrics records and summary, its target check, table and plot."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path("benchmarks/quickstart_quality.py")
+from bench_scripts import loaded
 
 
 @pytest.fixture(scope="module")
 def qq():
-    sys.path.insert(0, str(SCRIPT.parent))  # the script imports its sibling rl_runs
-    try:
-        spec = importlib.util.spec_from_file_location("quickstart_quality", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with loaded("quickstart_quality") as module:
         yield module
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
 
 
 def records(evals: dict[int, float], rewards: list[float]) -> list[dict]:

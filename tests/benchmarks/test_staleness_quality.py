@@ -4,7 +4,6 @@ the Table 2 / Table 1 arithmetic and verdict on constructed runs, reuse and the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,22 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import loaded
 
 SCRIPT = Path("benchmarks/staleness_quality.py")
 
 
 @pytest.fixture(scope="module")
 def sq():
-    sys.path.insert(0, str(SCRIPT.parent))  # the script imports its sibling rl_runs
-    try:
-        spec = importlib.util.spec_from_file_location("staleness_quality", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the script loads
-        spec.loader.exec_module(module)
+    with loaded("staleness_quality") as module:
         yield module
-    finally:
-        sys.modules.pop("staleness_quality", None)
-        sys.path.remove(str(SCRIPT.parent))
 
 
 def settings(sq, *argv: str):

@@ -166,3 +166,45 @@ def test_version_zero_is_never_checkpointed():
     s = make()
     s.request_checkpoint()
     assert s.poll() == []
+
+
+def test_a_batch_ready_when_a_checkpoint_starts_stays_in_its_state_until_it_is_saved():
+    """The checkpoint's state is taken after the poll that decided it: a batch dispatched in that
+    same poll would be in neither the buffer nor the ledger of a resumed run (CI lost 4 prompts)."""
+    s = make(eta=2, b=2, total=4)
+    s.start_training()
+    submits = s.poll()
+    finish(s, submits[:2])
+    assert kinds(s.poll()) == [Train]
+    finish(s, submits[2:4])  # the next batch is complete while step 0 trains
+    s.request_checkpoint()
+    s.on_step_done(1)
+    sync(s, 1)
+    out = s.poll()
+    assert Checkpoint in kinds(out) and Train not in kinds(out)
+    state = s.state_dict()
+    assert sorted(g["prompt_id"] for g in state["buffer"]["ready"]) == [2, 3]
+    assert not any(isinstance(c, Train) for c in s.poll())  # not while the trainer saves
+    s.on_checkpoint_saved()
+    train = [c for c in s.poll() if isinstance(c, Train)]
+    assert [g.prompt_id for g in train[0].groups] == [2, 3]
+
+
+def test_a_run_that_can_never_go_on_is_named_not_left_to_hang():
+    s = make(eta=1, b=2, total=3)
+    s.start_training()
+    submits = s.poll()
+    assert s.stalled() is None  # prompts in flight
+    finish(s, submits)
+    assert kinds(s.poll()) == [Train]
+    assert s.stalled() is None  # a step in flight
+    s.on_step_done(1)
+    sync(s, 1)
+    s.buffer.pop_batch(2)  # complete groups lost, as a checkpoint once lost them
+    finish(s, s.poll())  # the two prompts the bound still admits
+    assert kinds(s.poll()) == [Train]
+    s.on_step_done(2)
+    sync(s, 2)
+    assert s.poll() == []
+    assert s.stalled() == ("at version 2 of 3 no prompt is in flight and 0 complete of the 2 a batch needs"
+                           " wait; 6 prompts accepted of the 6 the run needs")

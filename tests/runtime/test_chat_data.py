@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from chat_data import verl_row, write_verl
-from mpi_jobs import CONFIG, run_job
+from mpi_jobs import run_job
+from warm_model import warm_model_dir
 
 from areal_hpc.data.arithmetic import make_problem
 
@@ -26,15 +27,11 @@ TEMPLATE = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'
 
 @pytest.fixture(scope="module")
 def chat_model_dir(tmp_path_factory) -> Path:
-    """The warm-started tiny model (cached per machine; minutes the first time), its tokenizer
-    given TEMPLATE."""
+    """The warm-started tiny model (cached per machine), its tokenizer given TEMPLATE."""
     from transformers import AutoTokenizer
 
-    from areal_hpc.config.load import load_config
-    from areal_hpc.recipes.warm_start import ensure_prepared
-
     out = tmp_path_factory.mktemp("chat-model") / "model"
-    shutil.copytree(ensure_prepared(load_config(CONFIG)), out)
+    shutil.copytree(warm_model_dir(), out)
     tok = AutoTokenizer.from_pretrained(str(out))
     tok.chat_template = TEMPLATE
     tok.save_pretrained(str(out))

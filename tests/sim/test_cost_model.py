@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from areal_hpc.errors import UserError
-from areal_hpc.sim.cost_model import CostModel, Efficiency, ModelShape, ring_allreduce_s
+from areal_hpc.sim.cost_model import CostModel, Efficiency, ModelShape, pipeline_stretch, ring_allreduce_s
 from areal_hpc.sim.hardware import H100, H200, H800, Hardware, preset
 from areal_hpc.sim.predict import experiment
 
@@ -92,3 +92,17 @@ def test_presets():
     assert H800.nvlink_bw < H100.nvlink_bw
     with pytest.raises(UserError, match="unknown hardware"):
         preset("a100")
+
+
+def test_pipeline_bubbles_stretch_training_by_hand():
+    """1F1B: m micro-batches through pp stages take m + pp - 1 slots. 8,192 tokens on one replica,
+    2 minibatches, 4,096-token micro-batches: the proximal pass has 2 micro-batches (3 slots for
+    2), each minibatch 1 (2 slots for 1)."""
+    assert pipeline_stretch(1, 8192, 1, 2, 4096) == 1.0
+    assert pipeline_stretch(2, 8192, 1, 2, 4096) == pytest.approx((3 / 2 + 3 * 2 / 1) / 4)
+    assert pipeline_stretch(2, 64 * 8192, 2, 2, 4096) == pytest.approx((65 / 64 + 3 * 33 / 32) / 4)
+    s = shape("1.5b")
+    cost = CostModel(s, TOY_HW, Efficiency(1.0, 0.0, 0.5))
+    flat = cost.train_s(8192, 8192 * 512, gpus=2, dp=1, minibatches=2, model_gpus=2)
+    piped = cost.train_s(8192, 8192 * 512, gpus=2, dp=1, minibatches=2, model_gpus=2, pp=2, micro_batch_tokens=4096)
+    assert piped == pytest.approx(flat * pipeline_stretch(2, 8192, 1, 2, 4096))

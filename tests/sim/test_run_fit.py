@@ -18,7 +18,7 @@ from areal_hpc.rollout.engine_stats import EngineStats, bucket_of
 from areal_hpc.sim import predict
 from areal_hpc.sim.calibration import Calibration
 from areal_hpc.sim.commands import read_calibration, write_calibration
-from areal_hpc.sim.cost_model import Efficiency
+from areal_hpc.sim.cost_model import Efficiency, pipeline_stretch
 from areal_hpc.sim.hardware import CPU
 from areal_hpc.sim.lengths import LengthDistribution
 from areal_hpc.sim.run_fit import MeasuredRun, fit_runs
@@ -83,11 +83,59 @@ def test_fit_recovers_the_parameters_it_was_made_with():
     assert cal.length_median.value == pytest.approx(LENGTHS.median, rel=0.1)
     assert cal.length_sigma.value == pytest.approx(LENGTHS.sigma, rel=0.1)
     assert cal.length_prompt_share.value == pytest.approx(LENGTHS.prompt_share, abs=0.15)
+    assert cal.prompt_len.value == pytest.approx(PROMPT) and cal.prompt_tokens() == PROMPT
     # The residuals measure the +-2% noise, the points what was fitted on (first train step left out).
     for name in ("decode_efficiency", "train_mfu", "update_overhead_s"):
         assert 0 < getattr(cal, name).residual < 0.03
     assert cal.decode_efficiency.points == 12 * 7 * 20 and cal.train_mfu.points == 11
     assert len(cal.decode_by_batch) == 7
+
+
+def test_lengths_mostly_at_the_cap_keep_their_tail():
+    """Half the responses reach a 64-token cap: the fit matches the capped model's log moments, so
+    the simulator draws as many capped traces, and the same mean length, as were measured."""
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", ["rollout.max_new_tokens=64"], check_files=False)
+    true = LengthDistribution(median=64.0, sigma=0.8, cap=64, prompt_share=0.3)
+    rng = np.random.default_rng(3)
+    records, samples = [], []
+    for step in range(1, 41):
+        lengths = true.sample(rng, cfg.rollout.batch_prompts, cfg.rollout.group_size)
+        logs = np.log(lengths)
+        samples.append(lengths)
+        records.append({"step": step, "trained_tokens": float((lengths + PROMPT).sum()),
+                        "response_len_mean": float(lengths.mean()), "response_len_log_mean": float(logs.mean()),
+                        "response_len_log_std": float(logs.std()), "response_len_log_within_std": 0.5})
+    cal = fit_runs([MeasuredRun("capped", cfg, tuple(records))], CPU)
+    assert cal.length_median.value == pytest.approx(true.median, rel=0.15)
+    assert cal.length_sigma.value == pytest.approx(true.sigma, rel=0.15)
+    measured = np.concatenate(samples)
+    fitted = cal.lengths(64)
+    assert fitted.capped_fraction() == pytest.approx((measured == 64).mean(), abs=0.05)
+    drawn = fitted.sample(np.random.default_rng(0), 20000, 1)
+    assert drawn.mean() == pytest.approx(measured.mean(), rel=0.03)
+
+
+def test_training_mfu_of_a_pipelined_run_allows_for_its_bubbles():
+    """Step times made with pp 2 (one micro-batch per pass here: the stages never overlap, twice
+    the time) fit the MFU they were made with, not half of it."""
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", ["trainer.pp=2"], check_files=False)
+    run = synthetic_run(steps=6, noise=0.0)
+    cost = MeasuredRun("pp2", cfg, ()).cost(CPU, TRUE)
+    t = cfg.trainer
+    steps = tuple({**r, "train/step_s": cost.train_s(r["trained_tokens"], r["trained_tokens_sq"], 2, 1,
+                                                     cfg.ppo.minibatches, 2, 2, t.micro_batch_tokens)}
+                  for r in run.steps)
+    assert pipeline_stretch(2, steps[0]["trained_tokens"], 1, cfg.ppo.minibatches, t.micro_batch_tokens) > 1.5
+    assert fit_runs([MeasuredRun("pp2", cfg, steps)], CPU).train_mfu.value == pytest.approx(TRUE.mfu, rel=1e-6)
+
+
+def test_a_stalled_prefill_record_does_not_move_the_prefill_mfu():
+    """One record's prefilling iterations timed 1 s long (a gap that is not the work) among 12."""
+    run = synthetic_run()
+    steps = list(run.steps)
+    steps[5] = {**steps[5], "gen/mixed/s": steps[5]["gen/mixed/s"] + 1.0}
+    cal = fit_runs([MeasuredRun("stalled", run.cfg, tuple(steps))], CPU)
+    assert cal.prefill_mfu.value == pytest.approx(TRUE.prefill_mfu, rel=0.15)
 
 
 def test_one_batch_size_cannot_separate_efficiency_from_overhead():
@@ -148,6 +196,17 @@ def test_calibration_file_round_trip(tmp_path):
     assert back.efficiency == cal.efficiency and back.lengths(100) == cal.lengths(100)
     assert all(getattr(back, n) == getattr(cal, n) for n in Calibration.parameter_names())
     assert yaml.safe_load(path.read_text())["decode_by_batch"][0]["iterations"] == 3 * 20
+
+
+def test_a_calibration_from_before_the_prompt_length_reads_it_as_unmeasured(tmp_path):
+    cal = fit_runs([synthetic_run(steps=3)], CPU)
+    data = cal.to_dict()
+    del data["parameters"]["prompt_len"]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    back = read_calibration(path)
+    assert back.prompt_len.points == 0 and back.prompt_tokens() is None
+    assert back.efficiency == cal.efficiency
 
 
 def scaling_args(path) -> list[str]:

@@ -104,3 +104,25 @@ def test_run_measures_the_steady_steps_by_hand():
     assert run.gen_idle == pytest.approx(1 - 2400 / (6 * 400))
     assert run.train_idle == pytest.approx(1 - 200 / (2 * 400))
     assert run.trainer_bound_tokens_per_s == pytest.approx(4000 / 100)
+
+
+def test_weight_update_pauses_count_as_not_generating_as_the_controller_counts_them():
+    """Two measured steps, each followed (in the window) by a 10 s pause of all 6 generator GPUs:
+    busy for gen_idle, not generating for the controller's generator_idle_fraction."""
+    run = Run(step_ends=(100.0, 300.0, 500.0), step_tokens=(7, 1000, 3000), warmup=1,
+              gen_busy_gpu_s=2400.0, train_busy_gpu_s=200.0, gen_gpus=6, train_gpus=2, colocated=False,
+              max_staleness=0, update_s=10.0)
+    assert run.gen_idle == 0.0
+    assert run.gen_not_generating == pytest.approx(1 - (2400 - 2 * 10 * 6) / (6 * 400))
+
+
+def test_simulated_update_pauses_are_in_the_generators_idle_share():
+    cost = cost_1p5b()
+    slow_update = replace(cost, eff=replace(cost.eff, update_overhead_s=2.0))
+    layout = split(engines=2)
+    run = run_async(layout, slow_update, SMALL, fleet_for(layout, slow_update), 6, stream())
+    assert run.update_s == pytest.approx(layout.update_s(slow_update)) and run.update_s >= 2.0
+    steps = len(run.step_ends) - run.warmup
+    assert run.gen_not_generating == pytest.approx(
+        min(1.0, run.gen_idle + steps * run.update_s / run.window_s), abs=1e-9)
+    assert run.gen_not_generating > run.gen_idle

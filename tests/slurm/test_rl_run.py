@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from job_processes import MARKER, describe, job_groups, leftovers, rank_pid
 from slurm_jobs import TINY, Cluster, write_script
+from warm_model import warm_model_dir
 
-from areal_hpc.config.load import load_config
 from areal_hpc.metrics.jsonl import read_records
 from areal_hpc.metrics.writer import METRICS_FILE
 
@@ -33,9 +33,7 @@ def trained_steps(run_dir: Path) -> list[dict]:
 
 def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path]:
     """The tiny run through the rendered script with the script's default program (the launcher)."""
-    from areal_hpc.recipes.warm_start import ensure_prepared
-
-    model = ensure_prepared(load_config(TINY)).resolve()  # cached per machine; minutes the first time
+    model = warm_model_dir()
     run_dir = tmp / "run"
     overrides = [
         f"logging.dir={run_dir}", f"model.path={model}", f"total_steps={STEPS}", f"rollout.eta={ETA}",
