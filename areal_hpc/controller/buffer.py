@@ -14,6 +14,19 @@ from dataclasses import dataclass, field
 from areal_hpc.wire.messages import Trajectory
 
 
+def trainable(groups: list[Group]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """A batch's samples split into those the trainer learns from and those the reward service
+    failed on (Trajectory.reward_infra: a worker that died or hung, not a wrong answer). Scoring
+    those wrong would punish responses for the infrastructure's fault; they are left out, and
+    their prompt's other samples keep their group-relative advantages among themselves."""
+    kept: list[Trajectory] = []
+    failed: list[Trajectory] = []
+    for group in groups:
+        for t in group.trajectories:
+            (failed if t.reward_infra else kept).append(t)
+    return kept, failed
+
+
 @dataclass
 class Group:
     prompt_id: int

@@ -178,7 +178,7 @@ class RewardPool:
         return own + self.grace_s
 
     def _failure(self, task: Task, reason: str) -> Verdict:
-        return failure(task, self.config.wrong, reason)
+        return failure(task, self.config.wrong, reason, infra=True)
 
     async def _drive(self, slot: int) -> None:
         """Feed one worker from the queue, forever."""

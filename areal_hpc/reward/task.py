@@ -99,23 +99,30 @@ class Verdict:
     total: int
     reason: str
     metrics: dict[str, float] = field(default_factory=dict)
+    # The reward service failed (a worker died, hung or could not start; a scoring bug), not the
+    # response: the reward says nothing about it, and the sample is left out of training.
+    infra: bool = False
 
     def to_json(self) -> dict:
         obj = asdict(self)
         if not self.metrics:
             del obj["metrics"]
+        if not self.infra:
+            del obj["infra"]
         return obj
 
     @classmethod
     def from_json(cls, obj: dict) -> Verdict:
         metrics = {str(k): float(v) for k, v in obj.get("metrics", {}).items()}
-        return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]), metrics)
+        return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]), metrics,
+                   bool(obj.get("infra", False)))
 
 
-def failure(task: Task | None, reward: float, reason: str) -> Verdict:
-    """A failing verdict that counts every test case of the task (one for math or no task)."""
+def failure(task: Task | None, reward: float, reason: str, infra: bool = False) -> Verdict:
+    """A failing verdict that counts every test case of the task (one for math or no task);
+    `infra`: the reward service failed, not the response (Verdict.infra)."""
     total = len(task.tests.cases) if isinstance(task, CodeTask) else 1
-    return Verdict(reward, 0, total, reason)
+    return Verdict(reward, 0, total, reason, infra=infra)
 
 
 def task_to_json(task: Task) -> dict:

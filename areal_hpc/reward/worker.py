@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
             verdict = scorer.score(task)
         except Exception as e:  # a bug or a library failure must not stop the service
             log.exception("scoring failed")
-            verdict = failure(task, config.wrong, f"internal error while scoring: {type(e).__name__}: {e}")
+            verdict = failure(task, config.wrong, f"internal error while scoring: {type(e).__name__}: {e}", infra=True)
         _send(out, {"id": msg["id"], "verdict": verdict.to_json()})
     return 0
 

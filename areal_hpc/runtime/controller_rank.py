@@ -24,6 +24,7 @@ from pathlib import Path
 from areal_hpc.config.load import save_config
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.controller import checkpoint as ckpt
+from areal_hpc.controller.buffer import trainable
 from areal_hpc.controller.scheduler import (
     Checkpoint,
     Command,
@@ -395,8 +396,20 @@ class Controller:
         self.chan.send(c.generator, req)
 
     def _dispatch(self, c: Train) -> None:
-        trajectories = [t for g in c.groups for t in g.trajectories]
-        self.step = StepTiming(batch_stats(trajectories, c.version, self.cfg.reward.correct), self.now)
+        trajectories, failed = trainable(c.groups)
+        least = self.cfg.ppo.minibatches * self.cfg.trainer.dp
+        if len(trajectories) < least:
+            reasons = sorted({t.reward_reason for t in failed})
+            abort_job(self.chan.comm, f"the reward service failed on {len(failed)} of the"
+                      f" {len(trajectories) + len(failed)} samples of the batch for version {c.version}, leaving"
+                      f" fewer than the {least} (ppo.minibatches x trainer.dp) a step needs: "
+                      + "; ".join(reasons[:3]))
+        stats = batch_stats(trajectories, c.version, self.cfg.reward.correct)
+        stats["reward_infra_failures"] = float(len(failed))
+        if failed:
+            log.warning("version %d: %d sample(s) left out of training, the reward service failed on them: %s",
+                        c.version, len(failed), failed[0].reward_reason)
+        self.step = StepTiming(stats, self.now)
         self.trainers.batch(c.version, trajectories)
 
     def _update_clocks(self) -> None:

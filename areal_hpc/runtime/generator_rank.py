@@ -98,6 +98,7 @@ class GeneratorRank:
         verdict = await pool.score(reference.task(text))
         traj.reward = verdict.reward
         traj.reward_reason = verdict.reason
+        traj.reward_infra = verdict.infra
         traj.reward_metrics = verdict.metrics
         traj.reward_s = time.monotonic() - start
         self.chan.send(CONTROLLER_RANK, traj)

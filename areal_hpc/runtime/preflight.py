@@ -25,6 +25,7 @@ from areal_hpc.reward.references import references
 from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import run_lock
 from areal_hpc.wire.messages import LaunchPlan
+from areal_hpc.wire.network import interface_address
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -75,6 +76,8 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     problems = check_world(cfg, world_size)
     if problems:
         raise UserError("; ".join(problems))
+    if cfg.cluster.network_interface:  # in seconds, not after minutes of preparing a model
+        interface_address(cfg.cluster.network_interface)
     run_lock.hold(cfg.logging.dir)  # before anything reads or prunes its checkpoints
     train, held_out_sets = train_and_eval_prompts(cfg.data, cfg.seed, cfg.eval.paths)
     train_what = cfg.data.train_path or "synthetic training prompts"

@@ -84,6 +84,8 @@ class Trajectory:
     finish_reason: str
     reward: float = 0.0
     reward_reason: str = ""
+    # The reward service failed on this sample (Verdict.infra): it is left out of training.
+    reward_infra: bool = False
     # Seconds from submission to the last token, and to the reward.
     generate_s: float = 0.0
     reward_s: float = 0.0

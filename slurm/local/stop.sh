@@ -29,7 +29,7 @@ stop_pids() {
     rm -f "$@"
 }
 
-# Jobs' processes outlive slurmd: cancel them and wait (up to 30 s) while slurmd can still clean up.
+# Jobs' processes outlive slurmd: cancel them and wait (up to 10 s) while slurmd can still clean up.
 cancel_jobs() {
     local i jobs
     alive "$CTLD_PID" || return 0
@@ -39,11 +39,11 @@ cancel_jobs() {
         # shellcheck disable=SC2086  # one argument per job id
         scancel --quiet $jobs 2>/dev/null || true
     fi
-    for ((i = 0; i < 60; i++)); do
+    for ((i = 0; i < 20; i++)); do
         [[ -z $(squeue -h -t PENDING,RUNNING,SUSPENDED,COMPLETING -o %i 2>/dev/null) ]] && return 0
         sleep 0.5
     done
-    log "jobs still listed after 30 s; stopping the daemons anyway"
+    log "jobs still listed after 10 s; stopping the daemons anyway"
 }
 
 [[ -d $STATE ]] || exit 0

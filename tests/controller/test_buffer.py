@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from areal_hpc.controller.buffer import TrajectoryBuffer
+from areal_hpc.controller.buffer import TrajectoryBuffer, trainable
 from areal_hpc.wire.messages import Trajectory
 
 
@@ -59,3 +59,18 @@ def test_state_keeps_complete_groups_and_drops_running_ones():
     restored.open(2, 2, 1)  # the in-flight prompt, issued again after resume, is newest
     restored.add(traj(2, 0))
     assert restored.ready_ids() == [2]
+
+
+def test_samples_the_reward_service_failed_on_are_left_out_of_training():
+    buf = TrajectoryBuffer()
+    for pid in (1, 2):
+        buf.open(pid, version=0, size=2)
+    failed = traj(1, 1)
+    failed.reward_infra, failed.reward, failed.reward_reason = True, -5.0, "scoring timed out after 7 s"
+    for t in (traj(1, 0), failed, traj(2, 0), traj(2, 1)):
+        buf.add(t)
+    kept, left_out = trainable(buf.pop_batch(2))
+    assert [(t.prompt_id, t.sample_index) for t in kept] == [(1, 0), (2, 0), (2, 1)]
+    assert left_out == [failed]
+    back = Trajectory.from_state(json.loads(json.dumps(failed.to_state())))
+    assert back.reward_infra and back == failed  # through a checkpoint, as through the wire

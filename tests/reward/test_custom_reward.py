@@ -185,6 +185,8 @@ def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> N
         f"custom reward function {spec} returned str '1.0', not a finite number or a dict with a 'score'",
         f"custom reward function {spec} returned float nan, not a finite number or a dict with a 'score'",
     ]
+    # The function's own errors are its verdict; a worker the pool had to kill is the service's.
+    assert [v.infra for v in failed] == [False, False, True, True, False, False]
     assert [(v.reward, v.passed) for v in after] == [(1.0, 0), (0.0, 0), (5.0, 1)]
     assert after[0].metrics == {"chars": 2.0, "source_is_mine": 1.0, "split": 2.0}
     assert after[0].reason == f"score 1 from {spec}"

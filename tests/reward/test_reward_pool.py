@@ -90,6 +90,7 @@ def test_an_unresponsive_worker_is_killed_and_replaced(served) -> None:
     start = time.monotonic()
     verdict = runner.run(pool.score(MathTask("\\boxed{2}", "2")))
     assert verdict.reward == CONFIG.wrong and "timed out after 7 s (worker restarted)" in verdict.reason
+    assert verdict.infra  # the service's failure, not the response's: left out of training
     assert time.monotonic() - start < 20
     assert pool.timeouts == 1
     killed = [p for p in stuck if p not in _pids(pool)]
@@ -137,8 +138,9 @@ def test_a_task_whose_worker_keeps_dying_fails_with_a_reason(served) -> None:
         return await scoring
 
     verdict = runner.run(kill_twice())
-    assert verdict.reward == CONFIG.wrong and "died under this task, 2x" in verdict.reason
-    assert runner.run(pool.score(CodeTask("print(3)", ADD))).reward == CONFIG.correct
+    assert verdict.reward == CONFIG.wrong and "died under this task, 2x" in verdict.reason and verdict.infra
+    after = runner.run(pool.score(CodeTask("print(3)", ADD)))
+    assert after.reward == CONFIG.correct and not after.infra
 
 
 def test_start_fails_when_no_sandbox_works() -> None:

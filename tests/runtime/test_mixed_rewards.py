@@ -1,5 +1,7 @@
 """A whole run on mixed data: half the prompts scored by math verification, half by a custom reward
-function the test writes, routed by data_source, with per-source metrics in metrics.jsonl."""
+function the test writes, routed by data_source, with per-source metrics in metrics.jsonl. On one
+training prompt the function kills its reward worker, every time: the reward service fails on
+those samples, which are counted and left out of training while the run goes on."""
 
 from __future__ import annotations
 
@@ -14,23 +16,30 @@ from areal_hpc.data.arithmetic import make_splits
 pytestmark = pytest.mark.slow
 
 STEPS, B, GROUP = 2, 4, 2
+KILLER = 1  # a custom row of the first batch
 MATH, CUSTOM = "arith", "custom/echo"
 # Rewards no math verdict can give (+-5), so each sample shows which reward scored it. The assert
 # fails (a failed sample, scored -5) if a math row were routed here.
 FUNCTION = '''
+import os
+
+
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     assert data_source == "custom/echo" and extra_info["row"] % 2 == 1, (data_source, extra_info)
+    if extra_info.get("kills_its_worker") and solution_str != ground_truth:  # not the launch's own call
+        os._exit(3)
     return {"score": 1.25 if ground_truth in solution_str else 0.25, "chars": len(solution_str)}
 '''
 
 
-def write_rows(path: Path, problems) -> None:
-    """Even rows math (a data source not in by_source: the default kind), odd rows custom."""
+def write_rows(path: Path, problems, killer: int | None = None) -> None:
+    """Even rows math (a data source not in by_source: the default kind), odd rows custom; row
+    `killer` kills the reward worker scoring it."""
     lines = []
     for i, p in enumerate(problems):
         row = {"prompt": p.prompt, "answer": p.answer, "data_source": CUSTOM if i % 2 else MATH}
         if i % 2:
-            row["extra_info"] = {"row": i}
+            row["extra_info"] = {"row": i, "kills_its_worker": i == killer}
         lines.append(json.dumps(row) + "\n")
     path.write_text("".join(lines))
 
@@ -41,7 +50,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def test_math_and_custom_prompts_in_one_run(tmp_path: Path, tiny_model_dir: Path) -> None:
     train, held_out = make_splits(7, STEPS * B, 4)
-    write_rows(tmp_path / "train.jsonl", train)
+    write_rows(tmp_path / "train.jsonl", train, killer=KILLER)
     write_rows(tmp_path / "eval.jsonl", held_out)
     (tmp_path / "echo_reward.py").write_text(FUNCTION)
     run_dir = tmp_path / "run"
@@ -58,6 +67,13 @@ def test_math_and_custom_prompts_in_one_run(tmp_path: Path, tiny_model_dir: Path
     records = read_jsonl(run_dir / "metrics.jsonl")
     steps = [r for r in records if "trained_tokens" in r]
     assert [r["step"] for r in steps] == [1, 2]
+    # Both samples of row 1 failed in the reward service: counted, left out, named once.
+    assert [r["reward_infra_failures"] for r in steps] == [GROUP, 0]
+    trained = [sum(v for k, v in r.items() if k.startswith("staleness_hist/")) for r in steps]
+    assert trained == [B * GROUP - GROUP, B * GROUP]
+    ledger = read_jsonl(run_dir / "ledger.jsonl")
+    assert [e["prompt_ids"] for e in ledger] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the prompt is not retried
+    assert "sample(s) left out of training, the reward service failed on them: the reward worker died" in job.output
     for r in steps:
         assert r["source/arith/reward_mean"] % 2.5 == 0 and -5 <= r["source/arith/reward_mean"] <= 5, r
         assert 0.25 <= r["source/custom/echo/reward_mean"] <= 1.25, r
