@@ -1,10 +1,12 @@
-"""Running the whole system as the benchmarks measure it: one mpiexec job of the quickstart
-experiment (the tiny CPU profile: controller, trainer, generator), its metrics read back from the
+"""Running the whole system as the benchmarks measure it: one mpiexec job (by default of the
+quickstart experiment on 3 ranks: controller, trainer, generator), its metrics read back from the
 run directory."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -23,19 +25,29 @@ def warm_model() -> Path:
     return ensure_prepared(load_config(CONFIG))
 
 
-def run(run_dir: Path, overrides: list[str], timeout: float = 1800) -> tuple[list[dict], float]:
-    """Launch one job into `run_dir`; returns its metrics records and wall seconds. Fails loudly."""
-    cmd = [str(MPIEXEC), "-n", "3", sys.executable, "-m", "areal_hpc.launch", CONFIG,
+def run(run_dir: Path, overrides: list[str], timeout: float = 1800, config: str = CONFIG,
+        ranks: int = 3) -> tuple[list[dict], float]:
+    """Launch one job of `config` on `ranks` MPI ranks into `run_dir`; returns its metrics records
+    and wall seconds. Fails loudly; a job past `timeout` is stopped (its process group: mpiexec and
+    the ranks it started) and raised."""
+    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "areal_hpc.launch", config,
            "--set", f"logging.dir={run_dir}", "--set", "checkpoint.resume=never", "--set", "logging.tensorboard=false"]
     for o in overrides:
         cmd += ["--set", o]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING")
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise RuntimeError(f"job past {timeout:.0f} s, stopped: {shlex.join(cmd)}") from None
     seconds = time.monotonic() - start
     if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
-        raise RuntimeError(f"job failed ({proc.returncode}): {' '.join(cmd)}")
+        sys.stderr.write(out[-3000:] + err[-6000:])
+        raise RuntimeError(f"job failed ({proc.returncode}): {shlex.join(cmd)}")
     return read_records(run_dir / METRICS_FILE), seconds
 
 

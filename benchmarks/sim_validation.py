@@ -48,13 +48,12 @@ import argparse
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
+
+import rl_runs
 
 from areal_hpc.config.load import load_config, save_config
 from areal_hpc.config.schema import ExperimentConfig
@@ -67,7 +66,6 @@ from areal_hpc.sim.run import Run
 from areal_hpc.sim.run_fit import MeasuredRun, fit_runs
 
 CONFIG = "configs/experiments/tiny-cpu.yaml"
-MPIEXEC = Path(sys.executable).with_name("mpiexec")
 MODEL_DIR = Path(".cache/sim_validation/tiny-qwen2")
 REPORT = "sim_validation"
 DONE_FILE = "done.json"
@@ -126,11 +124,6 @@ def overrides(v: Variant, steps: int, model: Path, run_dir: Path) -> list[str]:
     """The run's config overrides (its identity for reuse)."""
     settings = (("logging.dir", run_dir), ("model.path", model), ("total_steps", steps), *SHARED, *v.settings)
     return [f"{k}={value}" for k, value in settings]
-
-
-def ranks(cfg: ExperimentConfig) -> int:
-    """MPI world size: the controller, tp x pp x dp trainers, the generators."""
-    return 1 + cfg.trainer_world + cfg.generator.count
 
 
 def layout_of(cfg: ExperimentConfig) -> Layout:
@@ -339,28 +332,6 @@ def tiny_model() -> Path:
     return MODEL_DIR
 
 
-def launch(cfg: ExperimentConfig, wanted: list[str], timeout: float) -> float:
-    """Run one job to its end; its wall seconds. A job past `timeout` is stopped (its process
-    group: mpiexec and the ranks it started) and raised."""
-    cmd = [str(MPIEXEC), "-n", str(ranks(cfg)), sys.executable, "-m", "areal_hpc.launch", CONFIG]
-    for o in wanted:
-        cmd += ["--set", o]
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING")
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise RuntimeError(f"job past {timeout:.0f} s, stopped: {shlex.join(cmd)}") from None
-    if proc.returncode != 0:
-        sys.stderr.write(out[-3000:] + err[-6000:])
-        raise RuntimeError(f"job failed ({proc.returncode}): {shlex.join(cmd)}")
-    return time.monotonic() - start
-
-
 def measure(v: Variant, steps: int, work: Path, timeout: float) -> tuple[MeasuredRun, float | None]:
     """The run of `v` (reused when a finished one with the same overrides is there): its config and
     step records as `sim fit` reads them, and the job's seconds (None when reused)."""
@@ -371,7 +342,7 @@ def measure(v: Variant, steps: int, work: Path, timeout: float) -> tuple[Measure
     if not (done.is_file() and json.loads(done.read_text()).get("overrides") == wanted):
         done.unlink(missing_ok=True)
         cfg = load_config(CONFIG, wanted)
-        job_s = launch(cfg, wanted, timeout)
+        _, job_s = rl_runs.run(run_dir, wanted, timeout, config=CONFIG, ranks=cfg.world_size)
         save_config(cfg, run_dir / "config.yaml")  # `areal-hpc sim fit RUN_DIR` reads it
         done.write_text(json.dumps({"overrides": wanted, "job_s": job_s}))
     return measured_run(str(run_dir), None), job_s

@@ -40,7 +40,7 @@ def test_each_variant_changes_one_setting_and_its_world(sv):
                 "pp2": (4, 1, 1, 2, 4)}
     for name, (eta, gens, tp, pp, world) in expected.items():
         cfg = config(sv, name)
-        assert (cfg.rollout.eta, cfg.generator.count, cfg.trainer.tp, cfg.trainer.pp, sv.ranks(cfg)) == (
+        assert (cfg.rollout.eta, cfg.generator.count, cfg.trainer.tp, cfg.trainer.pp, cfg.world_size) == (
             eta, gens, tp, pp, world), name
         assert cfg.rollout.max_concurrent == ref.rollout.max_concurrent and cfg.total_steps == 12
     layout = sv.layout_of(config(sv, "gen3"))
