@@ -54,13 +54,17 @@ def _staleness(model: str, gpus: int, eta: int | None, context: int, batch_promp
 
 
 def _hours(model: str, system: str, fid: predict.Fidelity) -> float | None:
+    """Table 1's hours as the paper ran them: the 1.5B (and, assumed, the 7B) at Table 2's 8k
+    generation cap and eta 4; "sync AReaL" is the asynchronous system's GPUs with eta = 0."""
     nodes, steps = paper.TABLE1_NODES[model], paper.TABLE1_STEPS[model]
-    if system == "sync AReaL":  # the asynchronous system's GPUs with eta = 0
-        cfg = predict.experiment(model)
-        layout = split_layout(cfg, nodes * 8)
-        pred = predict.simulate(cfg, layout, predict.workload_for(cfg, layout).with_eta(0), fidelity=fid)
-    else:
-        pred = predict.hours(model, nodes, "areal" if system == "AReaL" else "sync", fidelity=fid)
+    context = eta = None
+    if model in ("1.5b", "7b"):
+        context = predict.experiment(model).rollout.max_prompt_len + paper.TABLE1_1P5B_MAX_NEW_TOKENS
+        eta = paper.TABLE1_1P5B_ETA
+    if system == "sync AReaL":
+        system, eta = "AReaL", 0
+    pred = predict.hours(model, nodes, "areal" if system == "AReaL" else "sync", fidelity=fid, context=context,
+                         eta=eta if system == "AReaL" else None)
     return None if pred.run is None else pred.run.hours(steps)
 
 
@@ -93,7 +97,11 @@ def jobs(fid: predict.Fidelity) -> list[tuple[dict, tuple]]:
         row = {"source": "Table 1, 1.5B hours", "setting": f"{system}, 16 nodes, 250 steps",
                "paper": hours, "unit": "hours", "role": "prediction"}
         out.append((row, ("hours", ("1.5b", "sync" if system == "verl" else system, fid))))
-    for model in ("7b", "14b", "32b"):
+    for system, hours in paper.TABLE1_7B_HOURS.items():
+        row = {"source": "Table 1, 7B hours", "setting": f"{system}, {paper.TABLE1_NODES['7b']} nodes, {paper.TABLE1_STEPS['7b']} steps",
+               "paper": hours, "unit": "hours", "role": "prediction"}
+        out.append((row, ("hours", ("7b", system, fid))))
+    for model in ("14b", "32b"):
         for system in ("AReaL", "sync"):
             row = {"source": f"Table 1, {model.upper()} hours",
                    "setting": f"{system}, {paper.TABLE1_NODES[model]} nodes, {paper.TABLE1_STEPS[model]} steps",
@@ -114,6 +122,8 @@ RATIOS = [
      ("Table 1, 1.5B hours", "AReaL, 16 nodes, 250 steps")),
     ("Table 1: AReaL speed-up over sync AReaL", ("Table 1, 1.5B hours", "sync AReaL, 16 nodes, 250 steps"),
      ("Table 1, 1.5B hours", "AReaL, 16 nodes, 250 steps")),
+    ("Table 1: 7B AReaL speed-up over sync AReaL", ("Table 1, 7B hours", "sync AReaL, 24 nodes, 250 steps"),
+     ("Table 1, 7B hours", "AReaL, 24 nodes, 250 steps")),
     ("Fig 5c: eta inf over eta 0", ("Fig 5c, 1.5B", f"eta inf, {FIG5C_GPUS} GPUs"),
      ("Fig 5c, 1.5B", f"eta 0, {FIG5C_GPUS} GPUs")),
     ("Table 7: eta 16 over eta 0", ("Table 7, 1.5B", "eta 16, 8 GPUs, 64x16"), ("Table 7, 1.5B", "eta 0, 8 GPUs, 64x16")),

@@ -12,7 +12,7 @@ from areal_hpc.config.schema import RewardConfig
 from areal_hpc.data.prompts import DataError, PromptRow
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_tests import TestFormatError, parse_tests
-from areal_hpc.reward.custom import CallFailed, call, load_function
+from areal_hpc.reward.probe import ProbeFailed, check_in_child
 from areal_hpc.reward.task import CodeReference, CustomReference, MathReference, Reference, kind_of
 
 # Bad references named in the error before the count of the rest.
@@ -65,16 +65,15 @@ def _code_references(numbered: Numbered, total: int, what: str) -> dict[int, Ref
 
 
 def _custom_references(numbered: Numbered, reward: RewardConfig, what: str) -> dict[int, Reference]:
-    """The function is imported and called once here, on the first of these rows with its ground
-    truth as the response, so a typo or a function that cannot run fails the launch, not every
-    sample of the run."""
-    fn = load_function(str(reward.function))
+    """The function is imported and called once, on the first of these rows with its ground truth
+    as the response, so a typo or a function that cannot run fails the launch, not every sample of
+    the run. It runs in a child process (reward/probe.py): one that ends its process is named."""
     refs: dict[int, Reference] = {n: CustomReference(row.data_source, row.answer, row.extra_info or {})
                                   for n, row in numbered}
     n, row = numbered[0]
     try:
-        call(fn, refs[n].task(row.answer), reward.timeout_s)
-    except CallFailed as e:
+        check_in_child(str(reward.function), refs[n].task(row.answer), reward.timeout_s)
+    except ProbeFailed as e:
         raise UserError(f"reward.function = {reward.function!r}: called on row {n} of {what} (data_source"
                         f" {row.data_source!r}, its ground truth as the response), it {e}") from None
     return refs

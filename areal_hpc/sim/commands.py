@@ -66,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(hours)
     hours.add_argument("--nodes", type=int, required=True)
     hours.add_argument("--steps", type=int, required=True)
+    hours.add_argument("--context", type=int, default=None,
+                       help="tokens per sequence, prompt included (default: the experiment config's)")
+    hours.add_argument("--eta", type=int, default=None,
+                       help="staleness bound of the asynchronous system (default: the experiment config's)")
     hours.set_defaults(func=_hours)
     stale = cmds.add_parser("staleness", help="asynchronous tokens/s at several staleness bounds")
     _common(stale, system=False)
@@ -186,7 +190,8 @@ def _scaling(args: argparse.Namespace) -> int:
 def _hours(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UserError(f"--steps must be positive, got {args.steps}")
-    pred = predict.hours(args.model, args.nodes, args.system, fidelity=_fidelity(args), **_setup(args))
+    pred = predict.hours(args.model, args.nodes, args.system, fidelity=_fidelity(args), context=args.context,
+                         eta=args.eta, **_setup(args))
     value = None if pred.run is None else pred.run.hours(args.steps)
     if args.json:
         print(json.dumps({"hours": value}))

@@ -138,14 +138,20 @@ def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware
 
 def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficiency = FITTED,
           fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
-          reward_s: float = 0.0, prompt_len: int | None = None) -> Prediction:
-    """The paper's Table 3 batch and generation length on `nodes` nodes; Run.hours(steps) gives
-    the wall-clock time of a training run."""
+          reward_s: float = 0.0, prompt_len: int | None = None, context: int | None = None,
+          eta: int | None = None) -> Prediction:
+    """The paper's Table 3 batch on `nodes` nodes; Run.hours(steps) gives the wall-clock time of a
+    training run. `context` (prompt + generation) and `eta` replace the config's: a run's hours
+    depend on its generation cap most of all (Table 1's 1.5B runs generated at most 8,192 tokens).
+    eta 0 with system 'areal' is the asynchronous system's GPUs run synchronously ("sync AReaL")."""
     if nodes < 1:
         raise UserError(f"--nodes must be positive, got {nodes}")
+    if eta is not None and eta < 0:
+        raise UserError(f"eta must be >= 0, got {eta}")
     cfg = experiment(model)
     layout = layout_for(cfg, nodes * hw.gpus_per_node, system)
-    return simulate(cfg, layout, workload_for(cfg, layout, None, lengths, reward_s, prompt_len), hw, eff, fidelity)
+    w = workload_for(cfg, layout, context, lengths, reward_s, prompt_len)
+    return simulate(cfg, layout, w if eta is None else w.with_eta(eta), hw, eff, fidelity)
 
 
 def staleness(model: str, gpus: int, etas: list[int | None], context: int | None = None,

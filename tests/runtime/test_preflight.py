@@ -77,6 +77,24 @@ def test_a_custom_function_that_fails_on_a_sample_row_refuses_the_launch(tmp_pat
         references(rows, reward, "d.jsonl")
 
 
+@pytest.mark.parametrize("body, ended", [
+    ("import os; os._exit(3)", "the process exited with status 3"),
+    ("import os, signal; print('about to die', flush=True); os.kill(os.getpid(), signal.SIGKILL)",
+     "the process was killed by SIGKILL (a reward function must return a number, not exit); its last output:\n"
+     "about to die"),
+])
+def test_a_custom_function_that_ends_its_process_is_named_and_the_caller_lives(tmp_path, body, ended):
+    """The launch check calls the function in a child process: rank 0 must outlive a function that
+    exits or is killed, and say so."""
+    (tmp_path / "dies.py").write_text(f"def compute_score(data_source, solution_str, ground_truth, extra_info=None):"
+                                      f"\n    {body}\n")
+    reward = RewardConfig(kind="custom", function=f"{tmp_path / 'dies.py'}:compute_score")
+    with pytest.raises(UserError) as caught:
+        references([PromptRow("1+1?", "2")], reward, "d.jsonl")
+    assert str(caught.value).startswith(f"reward.function = {reward.function!r}: called on row 1 of d.jsonl")
+    assert f"it ended its process before returning: {ended}" in str(caught.value)
+
+
 def test_a_custom_function_that_does_not_import_refuses_the_launch(tmp_path):
     reward = RewardConfig(kind="custom", function=f"{tmp_path / 'missing.py'}:compute_score")
     with pytest.raises(UserError, match=r"missing.py:compute_score'.*no file .*missing.py"):

@@ -46,6 +46,17 @@ def test_hours_json(capsys):
     assert later["hours"] - out["hours"] == pytest.approx(10 * run.step_s / 3600, rel=1e-9)
 
 
+def test_hours_follow_the_generation_cap_and_eta(capsys):
+    """Table 1's 1.5B runs generated at most 8,192 tokens: a shorter cap is fewer hours, and eta 0
+    on the asynchronous system's GPUs ("sync AReaL") is more hours than eta 4."""
+    args = ("hours", "--model", "1.5b", "--nodes", "2", "--steps", "10", "--system", "areal")
+    full = run_json(capsys, *args)["hours"]
+    capped = run_json(capsys, *args, "--context", str(1024 + 8192))["hours"]
+    synchronous = run_json(capsys, *args, "--context", str(1024 + 8192), "--eta", "0")["hours"]
+    assert capped < full
+    assert synchronous > run_json(capsys, *args, "--context", str(1024 + 8192), "--eta", "4")["hours"]
+
+
 def test_staleness_json(capsys):
     rows = run_json(capsys, "staleness", "--model", "1.5b", "--gpus", "16", "--etas", "0,2",
                     "--context", "4096", "--gate", "strict")
@@ -80,6 +91,8 @@ def test_tables_without_json(capsys):
     (["scaling", "--model", "32b", "--context", "8192", "--gpus", "16", "--system", "areal"], "trainer replica"),
     (["hours", "--model", "1.5b", "--nodes", "0", "--steps", "10"], "must be positive"),
     (["hours", "--model", "1.5b", "--nodes", "2", "--steps", "0"], "must be positive"),
+    (["hours", "--model", "1.5b", "--nodes", "2", "--steps", "10", "--eta", "-1"], "eta must be >= 0"),
+    (["hours", "--model", "1.5b", "--nodes", "2", "--steps", "10", "--context", "512"], "no room"),
     (["staleness", "--model", "1.5b", "--gpus", "32", "--etas", "-1"], "eta must be >= 0"),
     (["scaling", "--model", "1.5b", "--context", "8192", "--gpus", "32", "--hardware", "a100"], "unknown hardware"),
 ])
