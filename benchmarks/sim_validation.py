@@ -66,7 +66,6 @@ from areal_hpc.sim.run import Run
 from areal_hpc.sim.run_fit import MeasuredRun, fit_runs
 
 CONFIG = "configs/experiments/tiny-cpu.yaml"
-MODEL_DIR = Path(".cache/sim_validation/tiny-qwen2")
 REPORT = "sim_validation"
 DONE_FILE = "done.json"
 # What the issue asks of the predictions (median and worst error over the variants).
@@ -323,20 +322,11 @@ def plot(report: dict, path: Path) -> None:
 # ---- running ----------------------------------------------------------------------------------
 
 
-def tiny_model() -> Path:
-    """The randomly initialised tiny Qwen2, built once."""
-    if not (MODEL_DIR / "config.json").is_file():
-        from areal_hpc.data.tiny_model import build_tiny_model
-
-        build_tiny_model(load_config(CONFIG).model, MODEL_DIR, seed=0)
-    return MODEL_DIR
-
-
 def measure(v: Variant, steps: int, work: Path, timeout: float) -> tuple[MeasuredRun, float | None]:
     """The run of `v` (reused when a finished one with the same overrides is there): its config and
     step records as `sim fit` reads them, and the job's seconds (None when reused)."""
     run_dir = work / f"s{steps}" / v.name
-    wanted = overrides(v, steps, tiny_model(), run_dir)
+    wanted = overrides(v, steps, rl_runs.random_model(), run_dir)
     done = run_dir / DONE_FILE
     job_s = None
     if not (done.is_file() and json.loads(done.read_text()).get("overrides") == wanted):

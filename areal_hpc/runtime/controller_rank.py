@@ -349,6 +349,8 @@ class Controller:
         record.update(
             {
                 "version": float(done.version),
+                # Unix time of the record, to line steps up with logs and with other jobs (requeues).
+                "wall_time": time.time(),
                 "elapsed_s": self.counters["elapsed_s"],
                 "step_s": interval,
                 "train_s": self.now - step.dispatched_at,

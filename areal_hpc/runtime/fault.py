@@ -3,7 +3,8 @@
 AREAL_HPC_FAULT=<role>:<index>:<event> (e.g. "trainer:0:step", "generator:0:request") makes
 that rank raise InjectedFault the first time it reaches the event; with a ":stall" suffix
 (e.g. "generator:1:join:stall") the rank stops there forever instead, as a hung process would;
-with ":kill" it dies there by SIGKILL, as the out-of-memory killer would kill it.
+with ":kill" it dies there by SIGKILL, as the out-of-memory killer would kill it. `<event>@<n>`
+(e.g. "generator:1:update@6:kill") waits for the event's n-th time, so a rank can fail mid-run.
 Events that are not a point of failure ("generator:0:checksum": report a wrong checksum of one
 received tensor) are asked with `requested`. Unset, nothing happens. It exercises the real failure paths (WorkerFailed, the startup timeout,
 rank 0's report, MPI abort) of a real job.
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
+from dataclasses import dataclass
 
 ENV = "AREAL_HPC_FAULT"
 
@@ -22,17 +25,54 @@ class InjectedFault(RuntimeError):
     """Raised on purpose, as requested by AREAL_HPC_FAULT."""
 
 
+MODES = ("raise", "stall", "kill")
+# Times this process reached each event ("role:index:event"), for `<event>@<n>`.
+_reached: Counter[str] = Counter()
+
+
+@dataclass(frozen=True)
+class Fault:
+    point: str  # "role:index:event"
+    nth: int | None  # None: every time
+    mode: str
+
+
+def parse(spec: str) -> Fault:
+    """The fault AREAL_HPC_FAULT asks for; a malformed one is named rather than never firing."""
+    parts = spec.split(":")
+    mode = parts.pop() if len(parts) == 4 else "raise"
+    if len(parts) != 3 or mode not in MODES or not parts[1].isdigit():
+        raise ValueError(f"{ENV}={spec!r}: expected <role>:<index>:<event>[@<n>][:stall|:kill]")
+    event, at, nth = parts[2].partition("@")
+    if at and not (nth.isdigit() and int(nth) >= 1):
+        raise ValueError(f"{ENV}={spec!r}: @{nth} must be a count >= 1")
+    return Fault(f"{parts[0]}:{parts[1]}:{event}", int(nth) if at else None, mode)
+
+
+def _due(role: str, index: int, event: str, mode: str | None) -> Fault | None:
+    """The requested fault if this reach of the event is the one it names (counting the reach)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return None
+    point = f"{role}:{index}:{event}"
+    _reached[point] += 1
+    f = parse(spec)
+    if f.point != point or (mode is not None and f.mode != mode):
+        return None
+    return f if f.nth is None or f.nth == _reached[point] else None
+
+
 def requested(role: str, index: int, event: str) -> bool:
-    return os.environ.get(ENV) == f"{role}:{index}:{event}"
+    return _due(role, index, event, "raise") is not None
 
 
 def check(role: str, index: int, event: str) -> None:
-    spec = os.environ.get(ENV)
-    point = f"{role}:{index}:{event}"
-    if spec == point:
-        raise InjectedFault(f"fault injected at {event} ({ENV}={spec})")
-    if spec == f"{point}:stall":
+    f = _due(role, index, event, None)
+    if f is None:
+        return
+    if f.mode == "raise":
+        raise InjectedFault(f"fault injected at {event} ({ENV}={os.environ[ENV]})")
+    if f.mode == "stall":
         while True:  # hung: only the job's end (rank 0's abort) stops it
             time.sleep(60)
-    if spec == f"{point}:kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

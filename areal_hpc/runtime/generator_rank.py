@@ -136,6 +136,7 @@ class GeneratorRank:
                 self.references[msg.prompt_id] = (msg.reference, msg.group_size)
                 gen.submit(msg)
             elif isinstance(msg, UpdateWeights):
+                fault.check("generator", self.index, "update")
                 update = await gen.update_weights(msg.version)
                 checksums = update.checksums
                 if fault.requested("generator", self.index, "checksum"):

@@ -10,7 +10,9 @@ resilience contract: the step count is checkpointed after every step to
 <logging.dir>/probe-checkpoint.json and resumed from there, and SIGTERM to rank 0 stops every rank
 after the current step. Each run that ends appends one JSON line to <logging.dir>/probe.jsonl.
 AREAL_PROBE_CRASH_AT=N makes the first run abort at step N, as a crash does.
-Exit status 0, or 1 when a check failed.
+Exit status 0, or 2 when a check failed: like the launcher's refusal of a world that does not
+match its config, a wrong placement is the job's or the config's fault, which the batch scripts
+do not requeue (a requeue would meet it again).
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def run(cfg: ExperimentConfig) -> int:
     if comm.bcast(bool(record.get("problems")) if comm.rank == 0 else None, root=0):
         if comm.rank == 0:
             _append(run_dir / "probe.jsonl", record)
-        return 1
+        return 2
 
     checkpoint = run_dir / "probe-checkpoint.json"
     step = comm.bcast(_read_step(checkpoint) if comm.rank == 0 else None, root=0)

@@ -143,9 +143,9 @@ def test_an_exception_on_a_worker_is_named_by_rank_0(tmp_path, tiny_model_dir, f
 
 
 @pytest.mark.parametrize("fault, setting, named", [
-    ("trainer:0:step:stall", "watchdog.train_step_s=20",
+    ("trainer:0:step:stall", "watchdog.train_step_s=8",
      "error: hung: the trainer: training step for version 0 has taken"),
-    ("generator:0:request:stall", "watchdog.generation_s=20",
+    ("generator:0:request:stall", "watchdog.generation_s=8",
      "error: hung: rank 2 (generator 0): generating (no sample came back) for its prompts in flight"),
 ])
 def test_a_hung_rank_is_named_within_its_deadline(tmp_path, tiny_model_dir, fault, setting, named):
@@ -153,7 +153,7 @@ def test_a_hung_rank_is_named_within_its_deadline(tmp_path, tiny_model_dir, faul
     job = run_job(3, [*overrides(tmp_path, tiny_model_dir), setting], timeout=420, AREAL_HPC_FAULT=fault)
     assert job.returncode != 0
     assert named in job.output, job.output[-5000:]
-    assert "past its deadline of 20 s" in job.output
+    assert "past its deadline of 8 s" in job.output
 
 
 def test_sim_fit_on_this_run_then_predict_with_it(killed_and_resumed, tmp_path, capsys):

@@ -40,6 +40,25 @@ def test_fault_injection_only_where_asked(monkeypatch):
     assert not fault.requested("trainer", 0, "step")
 
 
+def test_a_fault_at_the_nth_time_of_its_event_waits_for_it(monkeypatch):
+    monkeypatch.setenv(fault.ENV, "generator:1:count-me@3")
+    fault.check("generator", 1, "count-me")
+    fault.check("generator", 0, "count-me")  # another rank's count is its own
+    fault.check("generator", 1, "count-me")
+    with pytest.raises(fault.InjectedFault):
+        fault.check("generator", 1, "count-me")
+    fault.check("generator", 1, "count-me")  # the 4th time: past it
+    assert fault.parse("generator:1:update@6:kill") == fault.Fault("generator:1:update", 6, "kill")
+    assert fault.parse("trainer:0:step") == fault.Fault("trainer:0:step", None, "raise")
+
+
+@pytest.mark.parametrize("spec", ["trainer:0", "trainer:x:step", "trainer:0:step:explode", "trainer:0:step@0",
+                                  "trainer:0:step@x:kill"])
+def test_a_malformed_fault_is_named_not_ignored(spec):
+    with pytest.raises(ValueError, match="AREAL_HPC_FAULT="):
+        fault.parse(spec)
+
+
 def test_a_kill_fault_dies_by_sigkill_as_the_oom_killer_kills():
     import os
     import signal

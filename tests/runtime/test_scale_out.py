@@ -110,7 +110,7 @@ def test_batch_split_across_data_parallel_ranks(layout_run):
 
 
 def test_a_generator_that_never_joins_is_named(tmp_path, tiny_model_dir):
-    timeout = 45
+    timeout = 30
     start = time.monotonic()
     job = run_job(
         3, overrides(tmp_path, tiny_model_dir, startup_timeout_s=timeout), timeout=400,

@@ -79,4 +79,7 @@ def test_world_that_does_not_match_the_config_fails(slurm_cluster: Cluster, tmp_
     comps = slurm_cluster.wait(job)
     assert comps[0]["JobState"] == "FAILED", slurm_cluster.explain(output)
     assert "MPI world size 3 does not match the config" in output.read_text()
-    assert probe_runs(run_dir)[0]["problems"]
+    # A refused launch (exit 2) is not requeued: it would fail the same way again.
+    (run,) = probe_runs(run_dir)
+    assert run["problems"] and run["restart"] == 0
+    assert "requeueing" not in output.read_text()
