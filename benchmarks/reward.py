@@ -84,6 +84,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
+def _numbered(response: str, tests: TestSuite, i: int) -> tuple[str, TestSuite]:
+    """The response with `# i` at the end of its program."""
+    body, fence, tail = response.rpartition("```")
+    return body + f"# {i}\n" + fence + tail, tests
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -116,8 +122,10 @@ async def _closed_loop(config: RewardConfig, tasks: list[Task]) -> dict:
 def throughput(quick: bool) -> dict:
     n_math, n_code, n_custom = (60, 16, 200) if quick else (600, 120, 2000)
     math_tasks = [MathTask(*MATH[i % len(MATH)]) for i in range(n_math)]
-    code_tasks = [CodeTask(*CODE[i % len(CODE)]) for i in range(n_code)]
-    assert_tasks = [CodeTask(*ASSERTS[i % len(ASSERTS)]) for i in range(n_code)]
+    # Each task's program its own (a comment): copies of one program on one tests object would
+    # share one sandbox run (pool.py), and this measures runs.
+    code_tasks = [CodeTask(*_numbered(*CODE[i % len(CODE)], i)) for i in range(n_code)]
+    assert_tasks = [CodeTask(*_numbered(*ASSERTS[i % len(ASSERTS)], i)) for i in range(n_code)]
     out = {}
     for workers in (1, 2):
         out[f"math x{workers}"] = asyncio.run(_closed_loop(RewardConfig(kind="math", workers=workers), math_tasks))

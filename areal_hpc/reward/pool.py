@@ -7,6 +7,9 @@ Tasks wait in a bounded queue: when `reward.max_pending` tasks are queued, `scor
 (backpressure on the generator). A worker that does not answer within the task's limit is killed
 and restarted and the task fails with a reason; a worker that dies under a task is restarted and
 the task resubmitted up to `reward.retries` times. Either way the pool keeps serving.
+A program is run once per prompt's tests: samples whose responses hold the same program (a
+group's samples often do once the policy is sure of itself) share one verdict, which is a
+function of the program, the tests and the limits alone.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import json
 import logging
 import os
 import sys
+import weakref
 from contextlib import suppress
 
 from areal_hpc.config.schema import RewardConfig
+from areal_hpc.reward.code_extract import extract_code
+from areal_hpc.reward.code_tests import TestSuite
 from areal_hpc.reward.sandbox import SandboxUnavailable
-from areal_hpc.reward.task import CustomTask, MathTask, Task, Verdict, failure, task_to_json
+from areal_hpc.reward.task import CodeTask, CustomTask, MathTask, Task, Verdict, failure, task_to_json
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +128,10 @@ class RewardPool:
         self._workers: list[_Worker | None] = [None] * config.workers
         self._queue: asyncio.Queue[tuple[Task, asyncio.Future]] | None = None
         self._drivers: list[asyncio.Task] = []
+        # id of a prompt's tests -> program -> its verdict's future. Dropped when the tests object is
+        # (the generator holds it while the prompt's samples are scored), so it stays small.
+        self._programs: dict[int, dict[str, asyncio.Future]] = {}
+        self.shared = 0  # verdicts given to a sample from an identical program's run
 
     async def start(self) -> RewardPool:
         """Start every worker; raises SandboxUnavailable if code scoring cannot run here (or the
@@ -154,12 +164,45 @@ class RewardPool:
         return self._queue.qsize() if self._queue is not None else 0
 
     async def score(self, task: Task) -> Verdict:
-        """The verdict of one task; waits while the queue is full."""
+        """The verdict of one task; waits while the queue is full. A code task whose program was
+        already run on the same tests gets that run's verdict (a failure of the service is not kept)."""
         if self._queue is None:
             raise RuntimeError("RewardPool.score called before start()")
+        if not isinstance(task, CodeTask):
+            return await self._queued(task)
+        programs = self._programs_of(task.tests)
+        program = extract_code(task.response)
+        shared = programs.get(program)
+        if shared is not None:
+            try:
+                verdict = await asyncio.shield(shared)
+            except asyncio.CancelledError:
+                if not shared.cancelled():
+                    raise  # this caller was cancelled
+            else:  # (else the sample that ran it gave up: this one runs it)
+                self.shared += 1
+                return verdict
         future = asyncio.get_running_loop().create_future()
+        programs[program] = future
+        try:
+            return await self._queued(task, future)
+        finally:
+            # The service failed, not the program, or its caller gave up: the next copy runs again.
+            if programs.get(program) is future and (future.cancelled() or not future.done()
+                                                    or future.result().infra):
+                del programs[program]
+
+    async def _queued(self, task: Task, future: asyncio.Future | None = None) -> Verdict:
+        future = future or asyncio.get_running_loop().create_future()
         await self._queue.put((task, future))
         return await future
+
+    def _programs_of(self, tests: TestSuite) -> dict[str, asyncio.Future]:
+        key = id(tests)
+        if key not in self._programs:
+            self._programs[key] = {}
+            weakref.finalize(tests, self._programs.pop, key, None)
+        return self._programs[key]
 
     async def close(self) -> None:
         for driver in self._drivers:

@@ -55,7 +55,9 @@ def test_backpressure_blocks_callers_beyond_max_pending(served) -> None:
     runner, pool = served
 
     async def flood() -> list[Verdict]:
-        calls = [asyncio.create_task(pool.score(CodeTask(SLOW_ADD.format(s=0.4), ADD))) for _ in range(7)]
+        # Distinct programs: copies of one program on one prompt's tests would share one run.
+        calls = [asyncio.create_task(pool.score(CodeTask(SLOW_ADD.format(s=0.4) + f"# {i}\n", ADD)))
+                 for i in range(7)]
         await asyncio.sleep(0.2)
         # two tasks run on the two workers, two wait in the queue, three callers are held back
         assert pool.pending() == CONFIG.max_pending
@@ -139,8 +141,43 @@ def test_a_task_whose_worker_keeps_dying_fails_with_a_reason(served) -> None:
 
     verdict = runner.run(kill_twice())
     assert verdict.reward == CONFIG.wrong and "died under this task, 2x" in verdict.reason and verdict.infra
-    after = runner.run(pool.score(CodeTask("print(3)", ADD)))
+    after = runner.run(pool.score(CodeTask("print(1 + 2)", ADD)))
     assert after.reward == CONFIG.correct and not after.infra
+    # The service's failure was not kept for copies: this one runs, into the 2 s per-test limit.
+    again = runner.run(pool.score(CodeTask(SLOW_ADD.format(s=3), ADD)))
+    assert not again.infra and "time limit of 2 s exceeded" in again.reason
+
+
+def test_copies_of_one_program_on_one_prompts_tests_share_one_run(served) -> None:
+    """A group's samples often hold the same program: it runs once per prompt's tests. The same
+    program on another prompt's tests, or another program, runs on its own; so does a copy whose
+    first sample gave up."""
+    runner, pool = served
+    tests = parse_tests({"inputs": ["2 2\n"], "outputs": ["4\n"]})
+    other = parse_tests({"inputs": ["2 2\n"], "outputs": ["5\n"]})
+    program = SLOW_ADD.format(s=0.5)
+
+    async def group() -> tuple[list[Verdict], int, float]:
+        shared = pool.shared
+        start = time.monotonic()
+        verdicts = await asyncio.gather(*(pool.score(CodeTask(f"Here:\n```python\n{program}```\n{i}", tests))
+                                          for i in range(6)), pool.score(CodeTask(program, other)))
+        return verdicts, pool.shared - shared, time.monotonic() - start
+
+    verdicts, shared, seconds = runner.run(group())
+    assert [v.reward for v in verdicts] == [CONFIG.correct] * 6 + [CONFIG.wrong]
+    assert shared == 5
+    assert seconds < 3 * 0.5 + 2  # 2 runs on 2 workers, not 7 runs
+
+    async def first_gives_up() -> Verdict:
+        first = asyncio.create_task(pool.score(CodeTask(SLOW_ADD.format(s=0.6), tests)))
+        await asyncio.sleep(0.1)
+        copy = asyncio.create_task(pool.score(CodeTask(SLOW_ADD.format(s=0.6), tests)))
+        await asyncio.sleep(0.1)
+        first.cancel()
+        return await copy
+
+    assert runner.run(first_gives_up()).reward == CONFIG.correct
 
 
 def test_start_fails_when_no_sandbox_works() -> None:
