@@ -466,7 +466,8 @@ def plot(report: dict, path: Path) -> None:
             ax.legend(fontsize=8)
         ax1.set_ylabel("final held-out accuracy (avg@n)")
         ax1.set_title(f"Table 2 in miniature\n{entry['key']}", fontsize=9)
-        ax3.set_ylabel("train/approx_kl, step mean")
+        ax3.set_yscale("log")  # it spans decades, and one seed's spike would flatten the rest
+        ax3.set_ylabel("train/approx_kl, step mean (log)")
         ax3.set_title("how far the policy moves from its anchor", fontsize=9)
         t1 = entry["table1"]
         if t1:
