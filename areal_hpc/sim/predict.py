@@ -136,6 +136,12 @@ def scaling(model: str, context: int, gpus: list[int], system: str, hw: Hardware
     return out
 
 
+def _check_eta(eta: int | None) -> None:
+    """A staleness bound the simulator can run: None (unbounded) or a whole number >= 0."""
+    if eta is not None and eta < 0:
+        raise UserError(f"eta must be >= 0, got {eta}")
+
+
 def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficiency = FITTED,
           fidelity: Fidelity = DEFAULT, lengths: LengthDistribution = REASONING,
           reward_s: float = 0.0, prompt_len: int | None = None, context: int | None = None,
@@ -146,8 +152,7 @@ def hours(model: str, nodes: int, system: str, hw: Hardware = H800, eff: Efficie
     eta 0 with system 'areal' is the asynchronous system's GPUs run synchronously ("sync AReaL")."""
     if nodes < 1:
         raise UserError(f"--nodes must be positive, got {nodes}")
-    if eta is not None and eta < 0:
-        raise UserError(f"eta must be >= 0, got {eta}")
+    _check_eta(eta)
     cfg = experiment(model)
     layout = layout_for(cfg, nodes * hw.gpus_per_node, system)
     w = workload_for(cfg, layout, context, lengths, reward_s, prompt_len)
@@ -161,8 +166,7 @@ def staleness(model: str, gpus: int, etas: list[int | None], context: int | None
     """One asynchronous prediction per staleness bound (None: unbounded); `gate` replaces the
     config's rollout.staleness_gate."""
     for eta in etas:
-        if eta is not None and eta < 0:
-            raise UserError(f"eta must be >= 0, got {eta}")
+        _check_eta(eta)
     cfg = experiment(model)
     layout = layout_for(cfg, gpus, "areal")
     w = workload_for(cfg, layout, context, lengths, reward_s, prompt_len)
