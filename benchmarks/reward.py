@@ -11,7 +11,8 @@ Measured:
 - assert-style code tasks ("assert" rows): correct and wrong programs against MBPP's and HumanEval's
   shapes of tests, 5 asserts each (one case per assert), on the same backend;
 - sandbox overhead: one program with 1 and with 10 test cases, run bare (one `python -I -S`
-  process per case, as a plain judge would) and through each sandbox backend that works here.
+  process per case, as a plain judge would) and through each sandbox backend that works here
+  (each with its run's memory cgroup where one can be made, and bwrap once more without it).
 
 The numbers depend on the machine's load; the JSON records the load average at the start.
 
@@ -162,6 +163,9 @@ def overhead(quick: bool) -> dict:
             sandboxes[backend] = Sandbox.detect(CodeSandboxConfig(backend=backend))
         except SandboxUnavailable as e:
             print(f"skipping the {backend} backend: {e}", file=sys.stderr)
+    # The per-run memory cgroup's cost (make, limit, join, remove), side by side.
+    if "bwrap" in sandboxes and sandboxes["bwrap"].cgroup is not None:
+        sandboxes["bwrap, no memory cgroup"] = Sandbox.detect(CodeSandboxConfig(backend="bwrap", memory_cgroup="off"))
     python = next(iter(sandboxes.values())).python
     out: dict[str, dict] = {"bare": {}} | {b: {} for b in sandboxes}
     with tempfile.TemporaryDirectory() as tmp:

@@ -84,6 +84,11 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
 
     result = sandbox.run(program, suite, keep_going)
     passed = len(result.cases) - len(failures)
+    if result.oom_kills:
+        # Over the limit as a whole, whatever it printed: a judge's memory-limit verdict. (The
+        # killed process's case says only SIGKILL, or the harness died with it.)
+        return Verdict(config.wrong, passed, total, f"memory limit of {config.code.memory_mb} MB for the run"
+                       f" exceeded (its memory cgroup stopped {result.oom_kills} process(es))")
     if passed == total:
         return Verdict(config.correct, passed, total, f"passed {total}/{total} tests")
     reason = failures[0] if failures else f"test {len(result.cases) + 1}/{total}: {result.error}"

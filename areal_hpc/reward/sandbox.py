@@ -23,7 +23,11 @@ output limit, process count, no core files); a per-test wall-clock limit enforce
 and a total one enforced here; the environment is replaced; programs get the interpreter's
 standard library only (`python -I -S`).
 
-Limits of the limits: the memory limit is per process (RLIMIT_AS), not for the run as a whole. The
+Memory: RLIMIT_AS per process, and `memory_mb` for the run as a whole through a memory cgroup of
+its own where one can be made (reward/memory_cgroup.py: cgroup v1, or v2 with a prepared parent);
+without one, what holds is the per-process limit and, under bwrap, the working directory's tmpfs
+of at most `memory_mb`, and a program can then hold memory in memfds (written, not mapped) or
+across several processes. The worker logs which holds when it starts. Limits of the limits: the
 process-count limit is exact with a user namespace (bwrap, unshare); with `rlimits` it counts
 every process of the user, so it is set to the user's current count plus the allowance. If the
 worker itself is killed mid-run, bwrap (--die-with-parent) and unshare (--kill-child, PID
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import functools
 import logging
 import marshal
 import os
@@ -59,6 +64,7 @@ from areal_hpc.config.schema import CodeSandboxConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward import harness
 from areal_hpc.reward.code_tests import TestCase, TestSuite
+from areal_hpc.reward.memory_cgroup import CgroupParent, CgroupUnavailable, RunCgroup, find_parent, join
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +116,21 @@ class RunResult:
     cases: list[CaseRun]
     # Why the run ended before every case ran (compile error, time limit, harness killed), if it did.
     error: str | None = None
+    # Processes of the run its memory cgroup's out-of-memory killer stopped (the run as a whole
+    # passed memory_mb); 0 without a cgroup.
+    oom_kills: int = 0
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL the launched process when the thread that started it exits."""
+def _enter_run(procs_file: str | None, user: int | None) -> None:
+    """preexec_fn: join the run's memory cgroup (as root: cgroup v2 asks it), drop to the sandbox's
+    user, then ask for SIGKILL when the thread that started this process exits (after the user
+    change, which clears that request)."""
+    if procs_file is not None:
+        join(procs_file)
+    if user is not None:
+        os.setgroups([])
+        os.setgid(SANDBOX_GID)
+        os.setuid(user)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
@@ -164,10 +181,20 @@ class Sandbox:
         if backend != "bwrap":
             _remove_orphaned_workdirs()
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self.cgroup: CgroupParent | None = None
+        self.no_cgroup = "reward.code.memory_cgroup is off"
+        if limits.memory_cgroup != "off":
+            try:
+                self.cgroup = find_parent(limits.memory_cgroup)
+            except (CgroupUnavailable, OSError) as e:
+                self.no_cgroup = str(e)
 
     def describe(self) -> str:
         user = "nobody" if self.as_nobody else "the current user"
-        return f"{self.backend} sandbox, {self.python}, as {user}"
+        mb = self.limits.memory_mb
+        memory = (f"memory {mb} MB per run ({self.cgroup.describe()})" if self.cgroup is not None
+                  else f"memory {mb} MB per process only (no memory cgroup: {self.no_cgroup})")
+        return f"{self.backend} sandbox, {self.python}, as {user}, {memory}"
 
     @classmethod
     def detect(cls, limits: CodeSandboxConfig) -> Sandbox:
@@ -249,25 +276,32 @@ class Sandbox:
         host_dir = None if self.backend == "bwrap" else tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         workdir = host_dir or BWRAP_WORKDIR
         before = {p.pid for p in psutil.Process().children(recursive=True)}
+        cgroup = None
         try:
-            ids = {}
-            if self.as_nobody:
-                if host_dir:
-                    os.chown(host_dir, SANDBOX_UID, SANDBOX_GID)
-                ids = {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+            if self.as_nobody and host_dir:
+                os.chown(host_dir, SANDBOX_UID, SANDBOX_GID)
             try:
+                if self.cgroup is not None:
+                    cgroup = RunCgroup.make(self.cgroup, lim.memory_mb * 2**20)
+                enter = functools.partial(_enter_run, cgroup.procs_file if cgroup else None,
+                                          SANDBOX_UID if self.as_nobody else None)
                 proc = subprocess.Popen(
                     self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, cwd=host_dir or "/", env=self._environment(workdir),
-                    start_new_session=True, preexec_fn=_die_with_parent, **ids,
+                    start_new_session=True, preexec_fn=enter,
                 )
-            except OSError as e:
+            except (OSError, CgroupUnavailable, subprocess.SubprocessError) as e:
                 return RunResult([], f"the sandbox could not start: {e}")
             try:
-                return self._communicate(proc, request, len(suite.cases), mark, keep_going)
+                result = self._communicate(proc, request, len(suite.cases), mark, keep_going)
             finally:
                 self._kill(proc, before)
+            if cgroup is not None:
+                result.oom_kills = cgroup.oom_kills()
+            return result
         finally:
+            if cgroup is not None:
+                cgroup.remove()
             if host_dir:
                 _remove_tree(host_dir)
 

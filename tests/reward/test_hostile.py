@@ -35,6 +35,8 @@ from areal_hpc.reward.task import CodeTask, Verdict
 ADD = parse_tests({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
 ADD_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 AS_ROOT = os.geteuid() == 0
+# How the verdict of a run its memory cgroup stopped begins (96: the pool's memory_mb below).
+RUN_LIMIT = "memory limit of 96 MB for the run exceeded"
 
 # The program's source goes above this: solve(stdin) runs it with that standard input, passing what
 # it prints on to the real standard output (so the output limit still applies) and returning it.
@@ -158,7 +160,9 @@ def test_memory_bomb(served) -> None:
         "print('allocated')\n"
     )
     verdict = contained(served, program, _one_case("allocated"))
-    assert "MemoryError: memory limit exceeded" in verdict.reason
+    # The process's address-space limit, or first the run's memory cgroup where there is one.
+    assert ("MemoryError: memory limit exceeded" in verdict.reason
+            or verdict.reason.startswith(RUN_LIMIT)), verdict.reason
 
 
 def test_infinite_loop(served) -> None:
@@ -218,7 +222,8 @@ def test_filling_the_disk(served) -> None:
         "print('filled')\n"
     )
     verdict = contained(served, program, _one_case("filled"))
-    assert "No space left on device" in verdict.reason
+    # The tmpfs is full, or first the run's memory cgroup, which its pages are charged to.
+    assert "No space left on device" in verdict.reason or verdict.reason.startswith(RUN_LIMIT), verdict.reason
 
 
 def test_reading_a_secret_outside_the_working_directory(served) -> None:
