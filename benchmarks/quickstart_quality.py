@@ -1,13 +1,15 @@
 """The quickstart as a new user meets it: does the tiny model visibly learn, and how long does it take?
 
 Runs exactly what `make quickstart` runs, timed: the warm start (in an empty model cache, as on a
-fresh clone, unless --reuse-model) and the RL job of configs/experiments/quickstart.yaml. Records
+fresh clone, unless --reuse-model) and the RL job of configs/experiments/quickstart.yaml (or, with
+--config configs/experiments/quickstart-code.yaml, what `make quickstart-code` runs). Records
 the held-out curve (avg@n and pass@n at every evaluation, the same prompts and sampling seeds at
 each), the training reward per step and its moving average, and the paired gain with its standard
 error from the run's summary. The issue's bar: a gain of at least 0.20 within 10 minutes.
 
-Writes quickstart_quality.json and .png under --out and prints a table.
-Usage: .venv/bin/python benchmarks/quickstart_quality.py [--reuse-model] [--out benchmarks/results]
+Writes <config name>_quality.json and .png under --out (quickstart_quality.json,
+quickstart_code_quality.json) and prints a table.
+Usage: .venv/bin/python benchmarks/quickstart_quality.py [--config FILE] [--reuse-model] [--out DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return [sum(values[max(0, i - window + 1): i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
 
 
-def summarize(records: list[dict], summary: dict, warm_start_s: float, run_s: float) -> dict:
+def summarize(records: list[dict], summary: dict, warm_start_s: float, run_s: float, name: str) -> dict:
     """The report's values from the run's metrics records and summary.json (pure)."""
     evals = rl_runs.evals(records)
     steps = rl_runs.steps(records)
@@ -46,6 +48,7 @@ def summarize(records: list[dict], summary: dict, warm_start_s: float, run_s: fl
     smooth = moving_average(rewards, SMOOTHING)
     total_min = (warm_start_s + run_s) / 60
     return {
+        "name": name,
         "held_out": [{"version": r["step"], "accuracy": r["eval_accuracy"], pass_key: r[pass_key]} for r in evals],
         "reward": rewards, "reward_smoothed": smooth, "smoothing": SMOOTHING,
         "before": summary["eval_accuracy_first"], "after": summary["eval_accuracy_last"],
@@ -88,7 +91,7 @@ def plot(report: dict, path: Path) -> None:
     right.set_xlabel("step")
     right.legend()
     right.set_title("training reward")
-    fig.suptitle(f"make quickstart: {report['total_min']:.1f} min on this machine, warm start included")
+    fig.suptitle(f"make {report['name']}: {report['total_min']:.1f} min on this machine, warm start included")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -98,24 +101,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reuse-model", action="store_true",
                         help="use the cached warm-started model (its warm start is then not timed)")
+    parser.add_argument("--config", default=rl_runs.CONFIG, help="the quickstart's experiment config")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
+    name = Path(args.config).stem
     with tempfile.TemporaryDirectory() as work:
         env = dict(os.environ) if args.reuse_model else {**os.environ, CACHE_ENV: str(Path(work) / "cache")}
         start = time.monotonic()
-        model = subprocess.run([sys.executable, "-m", "areal_hpc.recipes.warm_start", rl_runs.CONFIG], env=env,
+        model = subprocess.run([sys.executable, "-m", "areal_hpc.recipes.warm_start", args.config], env=env,
                                check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         warm_start_s = 0.0 if args.reuse_model else time.monotonic() - start
         run_dir = Path(work) / "run"
-        records, run_s = rl_runs.run(run_dir, [f"model.path={model}"])
+        records, run_s = rl_runs.run(run_dir, [f"model.path={model}"], config=args.config)
         summary = json.loads((run_dir / "summary.json").read_text())
-    report = summarize(records, summary, warm_start_s, run_s)
-    report["reuse_model"] = args.reuse_model
+    report = summarize(records, summary, warm_start_s, run_s, name)
+    report.update(config=args.config, reuse_model=args.reuse_model)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quickstart_quality.json").write_text(json.dumps(report, indent=1))
-    plot(report, args.out / "quickstart_quality.png")
+    stem = args.out / f"{name.replace('-', '_')}_quality"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    plot(report, stem.with_suffix(".png"))
     print(table(report))
-    print(f"wrote {args.out / 'quickstart_quality.json'} and {args.out / 'quickstart_quality.png'}")
+    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ and long sequences, like reasoning traces do.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,13 +39,32 @@ def _reduce_once(terms: list[int], ops: list[str]) -> tuple[list[int], list[str]
     return terms[:i] + [value] + terms[i + 2 :], ops[:i] + ops[i + 1 :]
 
 
-def solve(terms: list[int], ops: list[str]) -> tuple[list[str], int]:
-    """The intermediate expressions after each step, and the final value."""
+def solve(terms: list[int], ops: list[str], slip: tuple[int, int] | None = None) -> tuple[list[str], int]:
+    """The intermediate expressions after each step, and the final value. `slip` = (step, delta)
+    adds delta to the value that step computes, and every later step carries it on."""
     steps = []
     while ops:
+        i = ops.index("*") if "*" in ops else 0
         terms, ops = _reduce_once(terms, ops)
+        if slip is not None and slip[0] == len(steps):
+            terms[i] += slip[1]
         steps.append(_render(terms, ops))
     return steps, terms[0]
+
+
+def _solution(steps: list[str], value: int) -> str:
+    return " " + " = ".join(steps) + f" so \\boxed{{{value}}}"
+
+
+def with_slip(problem: Problem, rng: random.Random) -> Problem:
+    """`problem` with a worked solution that slips once, at a random step, by 1 to 3 either way,
+    and ends in the wrong answer that follows (`answer` is then that wrong value)."""
+    expr = problem.prompt.removeprefix("Q: ").split(" = ?")[0]
+    tokens = re.findall(r"\d+|[-+*]", expr)
+    terms, ops = [int(t) for t in tokens[::2]], tokens[1::2]
+    slip = (rng.randrange(len(ops)), rng.choice((-3, -2, -1, 1, 2, 3)))
+    steps, value = solve(terms, ops, slip)
+    return Problem(prompt=problem.prompt, answer=str(value), solution=_solution(steps, value))
 
 
 # The operators a problem draws from (data.synthetic_ops chooses a subset).
@@ -62,8 +82,7 @@ def make_problem(rng: random.Random, max_ops: int = MAX_OPS, n_ops: int | None =
     ops = [rng.choice(operators) for _ in range(n_ops)]
     expr = _render(terms, ops)
     steps, value = solve(terms, ops)
-    solution = " " + " = ".join(steps) + f" so \\boxed{{{value}}}"
-    return Problem(prompt=PROMPT_TEMPLATE.format(expr=expr), answer=str(value), solution=solution)
+    return Problem(prompt=PROMPT_TEMPLATE.format(expr=expr), answer=str(value), solution=_solution(steps, value))
 
 
 def make_splits(seed: int, train_size: int, eval_size: int, max_ops: int = MAX_OPS,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from areal_hpc.data.arithmetic import Problem, disjoint_splits
 
@@ -44,6 +45,19 @@ def make_problem(rng: random.Random) -> Problem:
     return Problem(prompt=PROMPT_TEMPLATE.format(examples=examples),
                    answer=tests_json(a, b, rng.sample(TEST_INPUTS, TESTS)),
                    solution=SOLUTION_TEMPLATE.format(a=a, b=b))
+
+
+def with_slip(problem: Problem, rng: random.Random) -> Problem:
+    """`problem` with a worked solution that slips: its slope or its offset off by one either way,
+    so the program fails the problem's tests (`answer`, unchanged)."""
+    a, b = map(int, re.fullmatch(r"```python\nx=int\(input\(\)\)\nprint\((\d+)\*x([+-]\d+)\)\n```",
+                                 problem.solution).groups())
+    delta = rng.choice((-1, 1))
+    if rng.random() < 0.5:
+        a += delta
+    else:
+        b += delta
+    return Problem(prompt=problem.prompt, answer=problem.answer, solution=SOLUTION_TEMPLATE.format(a=a, b=b))
 
 
 def make_splits(seed: int, train_size: int, eval_size: int) -> tuple[list[Problem], list[Problem]]:

@@ -32,6 +32,13 @@ def make_problem(data: DataConfig, rng: random.Random, max_ops: int) -> Problem:
     return arithmetic.make_problem(rng, max_ops, operators=data.synthetic_ops)
 
 
+def with_slip(data: DataConfig, problem: Problem, rng: random.Random) -> Problem:
+    """`problem` with a worked solution that slips once (a teacher's error, for the warm start)."""
+    if data.synthetic_task == "programs":
+        return program_task.with_slip(problem, rng)
+    return arithmetic.with_slip(problem, rng)
+
+
 def tokenizer_texts(task: str, seed: int) -> list[str]:
     """The text a tiny model's tokenizer learns from: prompts and worked solutions of `task` (the
     arithmetic task at its default difficulty, as every cached arithmetic model was built)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.data.arithmetic import MAX_OPS, OPERATORS, Problem
-from areal_hpc.data.synthetic_tasks import make_problem, make_splits
+from areal_hpc.data.synthetic_tasks import make_problem, make_splits, with_slip
 
 CACHE_ENV = "AREAL_HPC_CACHE"
 READY_FILE = "warm_start.json"
@@ -71,6 +71,8 @@ def cache_dir(cfg: ExperimentConfig, recipe: Recipe = Recipe()) -> Path:
         key["task"] = {"max_ops": data.synthetic_max_ops, "ops": data.synthetic_ops}
     if data.synthetic_task != "arithmetic":  # absent for the default: cached models keep their keys
         key["synthetic_task"] = data.synthetic_task
+    if data.synthetic_warm_start_slips:
+        key["slips"] = data.synthetic_warm_start_slips
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return Path(os.environ.get(CACHE_ENV, ".cache")) / "tiny-model" / f"{cfg.model.name}-{digest}"
 
@@ -99,12 +101,14 @@ def ensure_prepared(cfg: ExperimentConfig) -> Path:
 
 
 def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Problem], list[Problem]]:
-    """SFT problems (up to recipe.max_ops operations) with worked solutions, and validation problems
-    of the run's task distribution; none of them is held out for RL."""
+    """SFT problems (up to recipe.max_ops operations) with worked solutions, data.synthetic_warm_start_slips
+    of them slipped (synthetic_tasks.with_slip), and validation problems of the run's task distribution;
+    none of them is held out for RL."""
     data = cfg.data
     _, reserved = make_splits(data, cfg.seed, 0, max(data.synthetic_eval_size, RESERVED_HELD_OUT))
     avoid = {p.prompt for p in reserved}
     rng = random.Random(f"warm-start/{cfg.seed}")
+    slips = random.Random(f"warm-start-slips/{cfg.seed}")
 
     def draw(n: int, max_ops: int) -> list[Problem]:
         out: list[Problem] = []
@@ -114,8 +118,9 @@ def sft_and_validation(cfg: ExperimentConfig, recipe: Recipe) -> tuple[list[Prob
                 out.append(p)
         return out
 
-    return (draw(recipe.sft_problems, min(recipe.max_ops, data.synthetic_max_ops)),
-            draw(recipe.val_problems, data.synthetic_max_ops))
+    sft = [with_slip(data, p, slips) if slips.random() < data.synthetic_warm_start_slips else p
+           for p in draw(recipe.sft_problems, min(recipe.max_ops, data.synthetic_max_ops))]
+    return sft, draw(recipe.val_problems, data.synthetic_max_ops)
 
 
 def answer_check(cfg: ExperimentConfig) -> Callable[[str, Problem], bool]:

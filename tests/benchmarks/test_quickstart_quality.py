@@ -33,7 +33,7 @@ def test_moving_average(qq) -> None:
 def test_the_report_and_its_target(qq, gain, minutes, met, tmp_path) -> None:
     recs = records({0: 0.3, 2: 0.4, 4: 0.3 + gain}, [-1.0, 0.0, 1.0, 2.0])
     summary = {"eval_accuracy_first": 0.3, "eval_accuracy_last": 0.3 + gain, "eval_gain": gain, "eval_gain_stderr": 0.02}
-    report = qq.summarize(recs, summary, warm_start_s=120.0, run_s=minutes * 60 - 120.0)
+    report = qq.summarize(recs, summary, warm_start_s=120.0, run_s=minutes * 60 - 120.0, name="quickstart")
     assert [h["version"] for h in report["held_out"]] == [0, 2, 4]
     assert [h["eval_pass@16"] for h in report["held_out"]] == [0.6, 0.8, min(1.0, 2 * (0.3 + gain))]
     assert report["reward_smoothed"][-1] == pytest.approx(0.5)  # the mean of all four (window 10)

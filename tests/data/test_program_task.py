@@ -4,13 +4,14 @@ passes them in the real sandbox, and one that replays the examples does not."""
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
 
 from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
-from areal_hpc.data.program_task import make_splits
+from areal_hpc.data.program_task import make_splits, with_slip
 from areal_hpc.data.prompts import train_and_eval_prompts
 from areal_hpc.data.tiny_model import build_tiny_model
 from areal_hpc.recipes.warm_start import cache_dir
@@ -72,6 +73,17 @@ def test_a_program_of_the_function_passes_and_replaying_the_examples_fails(sandb
                           p.answer, sandbox)
         a, b = map(int, re.search(r"print\((-?\d+)\*x([+-]\d+)\)", p.solution).groups())
         assert not passes(f"```python\nx = int(input())\nprint({a}*x+{b + 1})\n```", p.answer, sandbox)
+
+
+def test_a_slipped_program_is_one_coefficient_off_and_fails_the_tests(sandbox: Sandbox) -> None:
+    _, problems = make_splits(2, 0, 8)
+    rng = random.Random(0)
+    for p in problems:
+        slipped = with_slip(p, rng)
+        assert (slipped.prompt, slipped.answer) == (p.prompt, p.answer)
+        right, wrong = (re.search(r"print\((-?\d+)\*x([+-]\d+)\)", q.solution).groups() for q in (p, slipped))
+        assert sorted(abs(int(x) - int(y)) for x, y in zip(right, wrong, strict=True)) == [0, 1]
+        assert not passes(slipped.solution, p.answer, sandbox)
 
 
 def test_held_out_sets_are_prefixes_and_never_trained_on() -> None:

@@ -28,7 +28,7 @@ def test_two_steps_of_the_code_quickstart(tmp_path: Path) -> None:
         f"logging.dir={run_dir}", f"total_steps={STEPS}", f"rollout.batch_prompts={B}",
         f"rollout.group_size={GROUP}", "rollout.max_concurrent=8", f"data.synthetic_eval_size={EVAL_PROMPTS}",
         "eval_interval=0", "checkpoint.interval_steps=0", "checkpoint.resume=never", "logging.tensorboard=false",
-        "data.synthetic_warm_start_accuracy=0.1",
+        "data.synthetic_warm_start_accuracy=0.1", "data.synthetic_warm_start_slips=0",
     ], timeout=900, config=CONFIG)
     assert job.returncode == 0, job.output[-5000:]
     records = read_jsonl(run_dir / "metrics.jsonl")
