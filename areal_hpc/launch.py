@@ -12,6 +12,17 @@ import argparse
 import sys
 
 
+def mpiexec_surviving_loss(ranks: int) -> list[str]:
+    """mpiexec (MPICH's hydra) arguments under which the job outlives a generator killed outright,
+    for a job on one machine. -disable-auto-cleanup keeps the other ranks running; but hydra's
+    proxy still kills every process it launched once it reaps one that died by a signal (MPICH 5,
+    proxy/pmip.c), and one proxy serves all the ranks of a host. So each rank gets a host of its
+    own, a loopback address (the fork launcher, no ssh), as each node of a cluster has its own
+    proxy; there a lost rank takes its node's other ranks with it, which the controller survives
+    as long as they are generators."""
+    return ["-disable-auto-cleanup", "-launcher", "fork", "-hosts", ",".join(f"127.0.0.{i + 1}" for i in range(ranks))]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m areal_hpc.launch", description=__doc__.split("\n")[0])
     p.add_argument("config", help="experiment YAML, e.g. configs/experiments/tiny-cpu.yaml")

@@ -359,7 +359,7 @@ def fanout_computed(cfg, batch: list[Trajectory]) -> dict:
     from fanout_ranks import WholeBatch
 
     from areal_hpc.trainer.batch_plan import shards
-    from areal_hpc.wire.layout import CONTROLLER_RANK, replica_ranks
+    from areal_hpc.wire.layout import CONTROLLER_RANK, generator_ranks, replica_ranks
     from areal_hpc.wire.messages import SaveCheckpoint, Shutdown, UpdateWeights
 
     batch_bytes = len(pickle.dumps(WholeBatch(0, batch), protocol=5))
@@ -377,8 +377,8 @@ def fanout_computed(cfg, batch: list[Trajectory]) -> dict:
     busiest = max(sent, key=sent.get)
     before = max(1, cfg.trainer_world - 1) * batch_bytes
     commands = {type(m).__name__: len(pickle.dumps(m, protocol=5))
-                for m in (UpdateWeights(250), SaveCheckpoint(f"{cfg.logging.dir}/checkpoints/step-000250", 250),
-                          Shutdown())}
+                for m in (UpdateWeights(250, tuple(generator_ranks(cfg))),
+                          SaveCheckpoint(f"{cfg.logging.dir}/checkpoints/step-000250", 250), Shutdown())}
     return {
         "tp": cfg.trainer.tp, "pp": cfg.trainer.pp, "dp": cfg.trainer.dp, "ranks": cfg.world_size,
         "trainers": cfg.trainer_world, "trajectories": len(batch), "tokens": sum(t.num_tokens for t in batch),

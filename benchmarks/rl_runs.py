@@ -57,11 +57,11 @@ class Job:
 
 
 def launch(run_dir: Path, overrides: list[str], timeout: float = 1800, config: str = CONFIG, ranks: int = 3,
-           env: dict[str, str] | None = None) -> Job:
+           env: dict[str, str] | None = None, mpiexec_args: list[str] | None = None) -> Job:
     """One job of `config` on `ranks` MPI ranks into `run_dir` (checkpoint.resume=never unless the
     overrides say otherwise), whatever its exit status; `env` adds to the environment. A job past
     `timeout` is stopped (its process group: mpiexec and the ranks it started) and raised."""
-    cmd = [str(MPIEXEC), "-n", str(ranks), sys.executable, "-m", "areal_hpc.launch", config,
+    cmd = [str(MPIEXEC), *(mpiexec_args or []), "-n", str(ranks), sys.executable, "-m", "areal_hpc.launch", config,
            "--set", f"logging.dir={run_dir}", "--set", "checkpoint.resume=never", "--set", "logging.tensorboard=false"]
     for o in overrides:
         cmd += ["--set", o]

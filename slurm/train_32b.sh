@@ -89,7 +89,10 @@ fi
 # every task sees all of its node's GPUs; a trainer takes cuda:<its GPU of the plan>, and a
 # generator sets CUDA_VISIBLE_DEVICES to its engine's GPUs before vLLM starts, after checking
 # that SLURM_LOCALID is its slot of the plan (`areal-hpc slurm plan --ranks` lists both).
-srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=1 "--distribution=block,NoPack")
+# A task that dies does not end the step (--kill-on-bad-exit=0): rank 0 sees every rank's
+# lifeline end, goes on without a lost generator (rollout.min_generators) and ends the job itself,
+# through MPI_Abort, for any other lost rank.
+srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=0 "--distribution=block,NoPack")
 if [[ -n ${AREAL_CONTAINER_IMAGE:-} ]]; then
     srun_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
 fi

@@ -27,8 +27,8 @@ class Job:
     seconds: float
 
 
-def job_command(n: int, overrides: list[str], config: str = CONFIG) -> list[str]:
-    cmd = [str(MPIEXEC), "-n", str(n), sys.executable, "-m", "areal_hpc.launch", config]
+def job_command(n: int, overrides: list[str], config: str = CONFIG, mpiexec_args: tuple[str, ...] = ()) -> list[str]:
+    cmd = [str(MPIEXEC), *mpiexec_args, "-n", str(n), sys.executable, "-m", "areal_hpc.launch", config]
     for o in overrides:
         cmd += ["--set", o]
     return cmd
@@ -97,10 +97,11 @@ def wait_or_explain(proc: subprocess.Popen, marker: str, timeout: float) -> tupl
                          f"{where_they_wait(stderr)[-6000:]}\nlast output:\n" + "\n".join(text[-25:]))
 
 
-def run_job(n: int, overrides: list[str], timeout: float, config: str = CONFIG, **env: str) -> Job:
+def run_job(n: int, overrides: list[str], timeout: float, config: str = CONFIG, mpiexec_args: tuple[str, ...] = (),
+            **env: str) -> Job:
     start = time.monotonic()
     environ = job_env(**env)
-    proc = subprocess.Popen(job_command(n, overrides, config), env=environ, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(job_command(n, overrides, config, mpiexec_args), env=environ, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     stdout, stderr = wait_or_explain(proc, environ[MARKER], timeout)
     return Job(proc.returncode, stdout + stderr, time.monotonic() - start)

@@ -164,6 +164,10 @@ class RolloutConfig:
     # versions after it started (trained staleness exactly <= eta; the trainer waits for
     # stragglers, 1.1-1.8x slower at eta <= 4 in the simulator; benchmarks/staleness_gate.py).
     staleness_gate: str = "admission"
+    # Generators the run goes on with after losing some (a dead process or node): the controller
+    # hands a lost generator's prompts to the others and rebuilds the weight groups without it;
+    # below this many it checkpoints and exits for a requeue, which starts them all again.
+    min_generators: int = 1
 
 
 @dataclass
@@ -284,6 +288,11 @@ class DataConfig:
     # The tiny model's SFT warm start stops once greedy decoding solves this share of a
     # validation set of the synthetic task: enough reward signal for RL, room left to improve.
     synthetic_warm_start_accuracy: float = 0.2
+    # Share of the warm start's worked solutions that slip once, as an imperfect teacher's would
+    # (arithmetic: one step's value off by 1 to 3, carried on to a wrong answer; programs: the
+    # slope or the offset off by one): the student then knows the right solution but samples a
+    # slip now and then, so pass@16 stands far above pass@1, the gap RL closes. 0: none slips.
+    synthetic_warm_start_slips: float = 0.0
 
     def row_keys(self) -> tuple[str, str]:
         """The (prompt, answer) keys in effect: the ones set, else the layout's."""
@@ -299,8 +308,13 @@ class CodeSandboxConfig:
     per_test_timeout_s: float = 4.0
     # Wall-clock limit for all test cases of one program, seconds.
     total_timeout_s: float = 30.0
-    # Address-space limit per process, MiB.
+    # Memory limit, MiB: per process (address space) and, through a memory cgroup, for the run
+    # as a whole (every process and memfd of it; bwrap's working directory is also this size).
     memory_mb: int = 1024
+    # Where each run's memory cgroup is made: "auto" (under the reward worker's own cgroup, where
+    # the kernel allows it), the absolute path of a cgroup prepared for it, or "off" (per-process
+    # limits only). See areal_hpc/reward/memory_cgroup.py.
+    memory_cgroup: str = "auto"
     # Most processes (threads included) the program may run at once.
     max_processes: int = 16
     # Most bytes of standard output kept per test; more fails the test.
@@ -407,7 +421,8 @@ class WatchdogConfig:
     """Deadlines on what can hang after start-up (controller/watchdog.py). Each `*_s` is seconds,
     or 0 for automatic: `factor` times the longest completed one so far, at least `min_s`, and
     `first_s` before any completed. A trainer past its deadline ends the job naming what it was
-    doing; so does a generator (a lost generator cannot be replaced yet)."""
+    doing; a generator past its deadline is dropped and the run goes on without it, as after its
+    death, while `rollout.min_generators` are left (else the job ends naming it)."""
 
     # A training step, from the batch's dispatch to StepDone.
     train_step_s: float = 0.0

@@ -83,6 +83,7 @@ RANGES = [
     ("rollout.batch_prompts", lambda v: v >= 1, ">= 1"),
     ("rollout.group_size", lambda v: v >= 1, ">= 1"),
     ("rollout.max_concurrent", lambda v: v >= 1, ">= 1"),
+    ("rollout.min_generators", lambda v: v >= 1, ">= 1"),
     ("rollout.max_prompt_len", lambda v: v >= 1, ">= 1"),
     ("rollout.max_new_tokens", lambda v: v >= 1, ">= 1"),
     ("rollout.temperature", lambda v: v >= 0, ">= 0"),
@@ -110,6 +111,7 @@ RANGES = [
     ("data.synthetic_ops", lambda v: v != "" and len(set(v)) == len(v) and set(v) <= set("+-*"),
      'a non-empty subset of "+-*", each operator once'),
     ("data.synthetic_warm_start_accuracy", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("data.synthetic_warm_start_slips", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("reward.workers", lambda v: v >= 1, ">= 1"),
     ("reward.timeout_s", lambda v: v > 0, "> 0"),
     ("reward.max_pending", lambda v: v >= 1, ">= 1"),
@@ -119,6 +121,8 @@ RANGES = [
     ("reward.code.memory_mb", lambda v: v >= 16, ">= 16"),
     ("reward.code.max_processes", lambda v: v >= 1, ">= 1"),
     ("reward.code.max_output_bytes", lambda v: v >= 1, ">= 1"),
+    ("reward.code.memory_cgroup", lambda v: v in ("auto", "off") or v.startswith("/"),
+     "auto, 'off' (quoted: YAML reads a bare off as false) or the absolute path of a cgroup directory"),
     ("checkpoint.interval_steps", lambda v: v >= 0, ">= 0"),
     ("checkpoint.hf_interval", lambda v: v >= 0, ">= 0 (0: no Hugging Face exports)"),
     ("checkpoint.keep_last", lambda v: v >= 1, ">= 1"),
@@ -338,6 +342,8 @@ def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
             f"trainer.micro_batch_tokens = {t.micro_batch_tokens}: smaller than the longest sequence"
             f" (max_prompt_len + max_new_tokens = {longest})"
         )
+    if r.min_generators > g.count:
+        problems.append(f"rollout.min_generators = {r.min_generators}: more than generator.count = {g.count}")
     # Every data-parallel replica trains a part of every minibatch (trainer/batch_plan.py).
     if cfg.ppo.minibatches * t.dp > r.batch_prompts * r.group_size:
         problems.append(

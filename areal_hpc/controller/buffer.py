@@ -96,6 +96,13 @@ class TrajectoryBuffer:
         self._push_ready(group)
         return group
 
+    def restart(self, prompt_id: int) -> None:
+        """Drop the samples of running prompt `prompt_id` so far (its generator was lost and the
+        prompt is generated again); it keeps its submission version and order."""
+        group = self._running[prompt_id]
+        group.arrived = 0
+        group.trajectories = [None] * group.size
+
     def _push_ready(self, group: Group) -> None:
         heapq.heappush(self._ready, (group.seq, group.prompt_id, group))
         self.ready_versions[group.version] += 1

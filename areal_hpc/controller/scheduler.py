@@ -54,6 +54,8 @@ class Policy:
     # Trainer pipeline stages, each of which reports the checksums of what it sent.
     stages: int = 1
     seed: int = 0
+    # Generators the run goes on with; losing more checkpoints and stops for a requeue.
+    min_generators: int = 1
 
 
 # ---- commands ---------------------------------------------------------------------------------
@@ -80,9 +82,11 @@ class Train:
 
 @dataclass(frozen=True)
 class SyncWeights:
-    """Move `version`'s weights from the trainer to every generator."""
+    """Move `version`'s weights from the trainer to `generators` (the live ones, in rank order;
+    the weight groups are rebuilt whenever that set changed since the last update)."""
 
     version: int
+    generators: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,12 @@ class GeneratorLoad:
         self.load[generator] += delta
         heapq.heappush(self._heap, (self.load[generator], generator))
 
+    def remove(self, generator: int) -> None:
+        """No more work for `generator` (lost); O(G) once, rebuilding the heap without it."""
+        del self.load[generator]
+        self._heap = [(n, g) for g, n in self.load.items()]
+        heapq.heapify(self._heap)
+
 
 @dataclass
 class EvalRound:
@@ -171,12 +181,16 @@ class EvalRound:
 
 @dataclass
 class WeightSync:
-    """One version's weight update: the generators still to load it, and what each stage sent."""
+    """One round of a version's weight update: the generators still to load it, what each stage
+    sent, and what failed (a member of the weight group died mid-transfer: the round is done again
+    without it once every live party has reported)."""
 
     waiting: set[int]
     sent: dict[int, dict[str, str]] = field(default_factory=dict)
     # Generators' reports that arrived before every stage's checksums: (generator, checksums).
     loaded: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    failed_stages: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
 # ---- the scheduler -----------------------------------------------------------------------------
@@ -198,7 +212,7 @@ class Scheduler:
             self.stream.load_state_dict(state["stream"])
             ckpt.set_rng_state(self.rng, state["rng"])
         self.generators = GeneratorLoad(generators)
-        self.where: dict[int, int] = {}  # prompt id -> its generator
+        self.where: dict[int, Submit] = {}  # prompt id -> how it was submitted, while in flight
         self.served = dict.fromkeys(generators, 0)  # engines start from the model directory
         self.syncs: dict[int, WeightSync] = {}  # version -> its update in flight
         self.step: tuple[int, list[Group]] | None = None  # (version, groups) being trained
@@ -208,6 +222,10 @@ class Scheduler:
         self.ckpt_requested = False
         self.ckpt_in_progress: int | None = None
         self.stop_requested = False
+        # Generators lost during the run, in the order they were lost.
+        self.lost: list[int] = []
+        # An update held back behind a broken one (sync_weights).
+        self.sync_due = False
         self.last_ckpt_version = self.version if state is not None else -1
 
     @property
@@ -266,10 +284,53 @@ class Scheduler:
         self.ckpt_requested = True
         self.stop_requested |= stop
 
+    @property
+    def alive(self) -> tuple[int, ...]:
+        """The generators not lost, in rank order."""
+        return tuple(sorted(self.served))
+
     def sync_weights(self) -> list[Command]:
-        """Move the current version's weights to every generator (after a step, and on resume)."""
+        """Move the current version's weights to every generator (after a step, and on resume).
+        While an update broken by a lost generator waits to be settled, the next one waits too:
+        until the loss is known it would go to a group with the dead member again."""
+        if any(sync.errors for sync in self.syncs.values()):
+            self.sync_due = True
+            return []
         self.syncs[self.version] = WeightSync(set(self.served))
-        return [SyncWeights(self.version)]
+        return [SyncWeights(self.version, self.alive)]
+
+    def lose_generator(self, generator: int) -> list[Command]:
+        """`generator` is gone (its process or node died). Its prompts in flight go to the others,
+        same rows and seeds, their samples so far dropped (so none is lost and none trained twice);
+        no update waits for it any more. Below `min_generators` left, a checkpoint at the next step
+        boundary and a stop (`stop_requested`), for a requeue that starts every generator again."""
+        if generator not in self.served:
+            raise RuntimeError(f"generator rank {generator} lost, but it is not a live generator")
+        self.lost.append(generator)
+        del self.served[generator]
+        self.generators.remove(generator)
+        out: list[Command] = []
+        for sync_version in sorted(self.syncs):
+            sync = self.syncs[sync_version]
+            sync.loaded = [(g, sums) for g, sums in sync.loaded if g != generator]
+            if generator in sync.waiting:
+                sync.waiting.discard(generator)
+                out += self._settle(sync_version)
+        if len(self.served) < self.policy.min_generators:
+            self.request_checkpoint(stop=True)
+        if not self.served:
+            return out  # nothing to give its prompts to: the checkpoint issues them again
+        orphans = [s for s in self.where.values() if s.generator == generator]
+        if self.eval is not None:
+            redo = {s.prompt_id for s in orphans if s.prompt_id < 0}
+            k = self.policy.eval_samples or self.policy.group_size
+            self.eval.results = [r for r in self.eval.results if r.prompt_id not in redo]
+            self.eval.left.update(dict.fromkeys(redo, k))
+        for s in orphans:
+            if s.prompt_id >= 0:
+                self.buffer.restart(s.prompt_id)
+            out.append(self._submit(s.prompt_id, s.row, s.seed))
+        return out
 
     def start_eval(self) -> list[Command]:
         """Sample every held-out prompt `eval_samples` times with the weights of the current version
@@ -314,7 +375,7 @@ class Scheduler:
             return self._on_eval_sample(sample)
         if self.buffer.add(sample) is not None:
             self.sm.accept()
-            self.generators.add(self.where.pop(sample.prompt_id), -1)
+            self.generators.add(self.where.pop(sample.prompt_id).generator, -1)
         return []
 
     def on_step_done(self, version: int) -> list[Command]:
@@ -328,8 +389,14 @@ class Scheduler:
             self.ckpt_requested = True
         return [StepFinished(version, groups), *self.sync_weights()]
 
-    def on_weights_sent(self, stage: int, version: int, checksums: dict[str, str]) -> list[Command]:
+    def on_weights_sent(self, stage: int, version: int, checksums: dict[str, str],
+                        error: str | None = None) -> list[Command]:
+        """Stage `stage` sent `version` (or failed to: `error`)."""
         sync = self._sync(version)
+        if error is not None:
+            sync.failed_stages += 1
+            sync.errors.append(f"stage {stage}: {error}")
+            return self._settle(version)
         sync.sent[stage] = checksums
         if len(sync.sent) < self.policy.stages:
             return []
@@ -337,14 +404,22 @@ class Scheduler:
         for generator, sums in sync.loaded:
             out += self._verify(version, generator, sums)
         sync.loaded.clear()
-        return out
+        return out + self._settle(version)
 
-    def on_weights_loaded(self, generator: int, version: int, checksums: dict[str, str]) -> list[Command]:
+    def on_weights_loaded(self, generator: int, version: int, checksums: dict[str, str],
+                          error: str | None = None) -> list[Command]:
+        """`generator` loaded `version` (or its transfer broke: `error`; it serves what it had)."""
         sync = self._sync(version)
+        if error is not None:
+            if generator not in sync.waiting:
+                raise RuntimeError(f"generator rank {generator} reported version {version} twice")
+            sync.waiting.discard(generator)
+            sync.errors.append(f"generator rank {generator}: {error}")
+            return self._settle(version)
         if len(sync.sent) < self.policy.stages:
             sync.loaded.append((generator, checksums))
-            return []
-        return self._verify(version, generator, checksums)
+            return self._settle(version)
+        return self._verify(version, generator, checksums) + self._settle(version)
 
     def on_checkpoint_saved(self) -> None:
         if self.ckpt_in_progress is None:
@@ -357,8 +432,8 @@ class Scheduler:
     def _submit(self, prompt_id: int, row: int, seed: int) -> Submit:
         generator = self.generators.least_loaded()
         self.generators.add(generator, 1)
-        self.where[prompt_id] = generator
-        return Submit(generator, prompt_id, row, seed)
+        submit = self.where[prompt_id] = Submit(generator, prompt_id, row, seed)
+        return submit
 
     def _admit(self, out: list[Command]) -> None:
         """Submit prompts while the staleness bound allows and later steps still need them."""
@@ -411,13 +486,35 @@ class Scheduler:
             raise RuntimeError(f"generator rank {generator} reported version {version} twice")
         sync.waiting.discard(generator)
         self.served[generator] = version
-        out: list[Command] = [WeightsVerified(generator, version, len(sent))]
-        if sync.waiting:
-            return out
+        return [WeightsVerified(generator, version, len(sent))]
+
+    def _settle(self, version: int) -> list[Command]:
+        """Once every stage and every live generator reported this round: the update is done, or,
+        when a part failed, sent again to the generators alive now (in new weight groups). Until
+        then a generator whose transfer broke serves the weights it had, part old, part new; its
+        samples carry their own log-probs, so the decoupled objective stays exact."""
+        sync = self.syncs.get(version)
+        if sync is None:  # already settled
+            return []
+        unverified = {g for g, _ in sync.loaded}
+        if len(sync.sent) + sync.failed_stages < self.policy.stages or sync.waiting - unverified:
+            return []
+        if not sync.errors:
+            return self._sync_finished(version)
         del self.syncs[version]
-        out.append(SyncFinished(version))
+        # The current version's update, now to the live generators, only while it is the
+        # trainer's next command: with a step training, that step's update comes next instead.
+        due, self.sync_due = self.sync_due, False
+        if not self.served or self.step is not None or (version < self.version and not due):
+            return []
+        return self.sync_weights()
+
+    def _sync_finished(self, version: int) -> list[Command]:
+        del self.syncs[version]
+        out: list[Command] = [SyncFinished(version)]
         every = self.policy.eval_interval
-        if every and version % every == 0 and version < self.policy.total_steps and self.eval is None:
+        due = every and version % every == 0 and version < self.policy.total_steps
+        if due and self.eval is None and self.served:  # none served: nobody to sample it
             out += self.start_eval()
         return out
 
@@ -429,7 +526,7 @@ class Scheduler:
         ev.results.append(sample)
         if ev.left[sample.prompt_id] == 0:
             del ev.left[sample.prompt_id]
-            self.generators.add(self.where.pop(sample.prompt_id), -1)
+            self.generators.add(self.where.pop(sample.prompt_id).generator, -1)
         if ev.left:
             return []
         self.eval = None

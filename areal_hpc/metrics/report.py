@@ -41,6 +41,9 @@ def summarize(records: list[dict]) -> dict[str, float | None]:
         "trainer_idle_fraction": _mean(steps, "trainer_idle_fraction", skip_first=True),
         "generator_idle_fraction": _mean(steps, "generator_idle_fraction", skip_first=True),
         "staleness_max": max((r["staleness_max"] for r in steps), default=None),
+        # Generators at the first and the last step; they differ after a loss (README, failures).
+        "generators_first": steps[0].get("generators_alive") if steps else None,
+        "generators_last": steps[-1].get("generators_alive") if steps else None,
     }
     out.update(dict(sorted(hist.items())))
     return out
@@ -59,6 +62,8 @@ LABELS = {
     "trainer_idle_fraction": "trainer idle fraction",
     "generator_idle_fraction": "generator idle fraction",
     "staleness_max": "max staleness trained",
+    "generators_first": "generators alive, first step",
+    "generators_last": "generators alive, last step",
     "eval_gain": "held-out accuracy gain",
     "eval_gain_stderr": "its standard error (paired)",
 }

@@ -286,16 +286,18 @@ class Generator:
         except Exception as e:  # one sample fails alone; the caller learns why from finished()
             self._done.put_nowait(SampleFailed(request.prompt_id, index, f"{type(e).__name__}: {e}"))
 
-    async def init_weight_group(self, host: str, port: int, world_size: int, rank_offset: int) -> None:
+    async def init_weight_group(self, host: str, port: int, world_size: int, rank_offset: int,
+                                stage: int = 0) -> None:
         """Join one weight group as ranks rank_offset .. rank_offset + tp - 1 (one per vLLM worker).
 
         Blocks until the group's sender (WeightSender) and every other member joined, at most
-        startup_timeout_s. Call once per trainer pipeline stage, in stage order, on every generator.
+        startup_timeout_s. Call once per trainer pipeline stage, in stage order, on every generator;
+        joining stage 0 again replaces every group joined before (new members).
         """
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
         info = {"host": host, "port": port, "world_size": world_size, "rank_offset": rank_offset,
-                "timeout_s": self.cfg.startup_timeout_s}
+                "timeout_s": self.cfg.startup_timeout_s, "stage": stage}
         await self._engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
 
     async def update_weights(self, version: int) -> WeightUpdate:
@@ -303,11 +305,13 @@ class Generator:
 
         The senders must send `version` at the same time. A refused update (names, shapes or
         version not matching the served model) raises WeightMismatch and the engine keeps serving
-        its old weights and version; a broken transfer raises WeightTransferError.
+        its old weights and version; a broken transfer raises WeightTransferError. The version
+        served may come again: an update broken by a lost member of the weight group is sent again
+        to all (areal_hpc/controller/scheduler.py), also to those that had it whole.
         """
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
-        if version <= self._version:
+        if version < self._version:
             raise ValueError(f"weight version {version}: the generator already serves version {self._version}")
         async with self._update_lock:
             start = time.perf_counter()

@@ -36,13 +36,15 @@ ENGINE_BACKENDS = {"gloo": "gloo", "areal_nccl": "nccl"}
 @dataclass
 class WeightGroupInfo(WeightTransferInitInfo):
     """Where one weight group meets: its sender's address and this generator's first rank in it,
-    and how long joining may wait for the other members (startup_timeout_s)."""
+    how long joining may wait for the other members (startup_timeout_s), and its pipeline stage:
+    joining stage 0 starts a new set of groups (after a generator was lost)."""
 
     host: str
     port: int
     world_size: int
     rank_offset: int
     timeout_s: float
+    stage: int = 0
 
 
 @dataclass
@@ -83,11 +85,17 @@ class GroupWeightTransferEngine(WeightTransferEngine[WeightGroupInfo, WeightUpda
         self._transport = ENGINE_BACKENDS[config.backend]
         self._shapes = checkpoint_shapes(self.model_config.model)
         self._links: list[Link] = []
+        # Groups of earlier members (a lost generator among them): kept, not torn down, since a
+        # teardown may wait for the dead member.
+        self._retired: list[Link] = []
         # Outcome of the last update, read by the generator through WeightTransferWorker.
         self.last_update: dict[str, Any] = {}
 
     def init_transfer_engine(self, init_info: WeightGroupInfo) -> None:
         pc = self.parallel_config
+        if init_info.stage == 0:
+            self._retired += self._links
+            self._links = []
         rank = init_info.rank_offset + pc.data_parallel_index * pc.world_size + pc.rank
         self._links.append(Link(self._transport, init_info.host, init_info.port, rank, init_info.world_size,
                                 init_info.timeout_s))

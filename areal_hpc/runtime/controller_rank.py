@@ -38,7 +38,7 @@ from areal_hpc.controller.scheduler import (
     Train,
     WeightsVerified,
 )
-from areal_hpc.controller.watchdog import CHECKPOINT, GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Watchdog
+from areal_hpc.controller.watchdog import CHECKPOINT, GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Overdue, Watchdog
 from areal_hpc.evaluation.metrics import ks_for, pass_at_k
 from areal_hpc.metrics import report
 from areal_hpc.metrics.batch import accuracy, batch_stats, source_stats
@@ -61,6 +61,7 @@ from areal_hpc.wire.messages import (
     Shutdown,
     StepDone,
     Trajectory,
+    UpdateBegun,
     UpdateWeights,
     WeightGroupAddress,
     WeightsLoaded,
@@ -75,16 +76,26 @@ LEDGER_FILE = "ledger.jsonl"
 WEIGHTS_FILE = "weights.jsonl"
 # Seconds rank 0 watches the lifelines after a worker reports an error, for a dead peer behind it.
 DEAD_PEER_GRACE_S = 1.0
+# Seconds a broken weight update waits for the generator whose loss explains it: a dead one's
+# lifeline ends at once, a failing one reports after its engine stopped (runtime/failure.py).
+BROKEN_UPDATE_GRACE_S = 30.0
+# Seconds a hung generator has to leave once rank 0 cut its lifeline; a process that does not (its
+# watching thread cannot run) ends the job, as a hang did before it could be survived.
+CUT_GRACE_S = 30.0
 # Seconds between two looks at the watchdog's deadlines.
 WATCHDOG_EVERY_S = 1.0
 TRAINER = "the trainer"
+# Rank 0's exit status after losing generators below rollout.min_generators: its checkpoint is
+# saved and a requeue (slurm/hetjob.sh.in) starts every generator again.
+LOST_GENERATORS_EXIT = 3
 
 
 def policy_of(cfg: ExperimentConfig) -> Policy:
     r = cfg.rollout
     return Policy(r.eta, r.batch_prompts, r.group_size, r.max_concurrent, r.staleness_gate, cfg.total_steps,
                   eval_interval=cfg.eval_interval, eval_samples=cfg.eval.n or 0, checkpoint_interval=cfg.checkpoint.interval_steps,
-                  hf_interval=cfg.checkpoint.hf_interval, stages=cfg.trainer.pp, seed=cfg.seed)
+                  hf_interval=cfg.checkpoint.hf_interval, stages=cfg.trainer.pp, seed=cfg.seed,
+                  min_generators=r.min_generators)
 
 
 @dataclass
@@ -122,7 +133,13 @@ class Controller:
                                      experiment=cfg)
         self.progress = Progress(self.total, self.sched.version, cfg.logging.progress)
         self.step: StepTiming | None = None
-        self.sync_started: dict[int, float] = {}  # version -> when its update was asked for
+        self.sync_started: dict[int, float] = {}  # version -> when its update (this round) was asked for
+        self.lost_at: dict[int, float] = {}  # lost generator rank -> when its loss was seen
+        self.leaving: dict[int, float] = {}  # hung generator rank, its lifeline cut -> when
+        self.update_begun: set[int] = set()  # generators that took up the update they are in
+        self.ready = False  # every worker reported ready; from then on a lost generator is survived
+        # Broken weight updates not yet explained by a lost generator: (deadline, round start, what).
+        self.unexplained: list[tuple[float, float, str]] = []
         # Pause-to-resume seconds each generator reported, until its load is verified.
         self.sync_seconds: dict[tuple[int, int], float] = {}
         # Seconds of the latest completed weight update (trainer send to the last generator loaded).
@@ -161,6 +178,11 @@ class Controller:
         for clock in (self.trainer_clock, *self.gen_clocks.values()):
             clock.idle_fraction(self.now)
         self._until(self.sched.finished)
+        if self.sched.stop_requested and len(self.sched.alive) < self.cfg.rollout.min_generators:
+            self.progress.note(f"stopped at version {self.version} with {len(self.sched.alive)} generator(s) left, fewer"
+                               f" than rollout.min_generators = {self.cfg.rollout.min_generators}; checkpoint saved,"
+                               f" exit {LOST_GENERATORS_EXIT} for a requeue")
+            return self._shutdown("too few generators left", LOST_GENERATORS_EXIT)
         if self.sched.stop_requested:
             self.progress.note(f"stopped on request at version {self.version}; checkpoint saved")
             return self._shutdown("stopped on signal", 0)
@@ -179,6 +201,10 @@ class Controller:
     def _turn(self) -> bool:
         self.now = time.monotonic()
         self._check_lifelines()
+        if self.unexplained:
+            self._check_unexplained()
+        if self.leaving:
+            self._check_leaving()
         worked = False
         while (got := self.chan.poll()) is not None:
             self._handle(*got)
@@ -193,7 +219,7 @@ class Controller:
             self.watched_at = self.now
             late = self.watchdog.overdue(self.now)
             if late:
-                abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
+                self._on_overdue(late)
         return worked or bool(commands)
 
     def _on_signal(self, signum: int, _frame) -> None:
@@ -219,12 +245,12 @@ class Controller:
             src, msg = got
             if isinstance(msg, WeightGroupAddress):
                 announced.add(src)
-                for g in self.generators:
-                    self.chan.send(g, msg)
+                self._relay(msg)
             elif isinstance(msg, WorkerReady):
                 waiting.discard(msg.rank)
             else:
                 self._handle(src, msg)
+        self.ready = True
         self.progress.note(f"all {self.chan.size - 1} workers ready")
 
     def _not_ready(self, waiting: set[int], announced: set[int]) -> str:
@@ -242,10 +268,87 @@ class Controller:
 
     def _check_lifelines(self) -> None:
         """A worker whose lifeline ended died without reporting (kill -9, the OOM killer, a lost
-        node): name it and end the job."""
-        dead = self.lifelines.ended()
-        if dead:
+        node). A generator, once every worker was ready, is dropped and the run goes on without
+        it; any other rank is named and the job ends."""
+        dead = self._dead()
+        if not dead:
+            return
+        if not self.ready or any(rank not in self.sched.alive for rank in dead):
             abort_job(self.chan.comm, "; ".join(self._died(rank) for rank in dead))
+        for rank in dead:
+            self._lose(rank, self._died(rank))
+
+    def _on_overdue(self, late: list[Overdue]) -> None:
+        """A generator hung past its deadline goes the way of a dead one, while enough others are
+        left to go on: rank 0 cuts its lifeline, on which the rank's watching thread ends its
+        process (wire/lifeline.py). In an update, the members that took it up (UpdateBegun) wait
+        on the one that did not: only it is dropped, and their clocks start again, for the broken
+        transfer to be reported and done again. Any other rank hung, an update that every member
+        took up (a transport hang), or too few generators left, ends the job."""
+        names = {self._name(g): g for g in self.sched.alive}
+        overdue = {names[o.who]: o for o in late if o.who in names}
+        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in self.update_begun}
+        hung = {g: o for g, o in overdue.items() if g not in waiting}
+        left = len(self.sched.alive) - len(hung)
+        if len(overdue) < len(late) or not hung or left < self.cfg.rollout.min_generators:
+            abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
+        for rank, o in hung.items():
+            self.lifelines.cut(rank)
+            self.leaving[rank] = self.now
+            self._lose(rank, f"hung: {o.describe()}")
+        for rank, o in waiting.items():
+            if rank in self.sched.alive:
+                self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
+
+    def _dead(self) -> list[int]:
+        """Ranks whose lifeline ended since the last look, but for generators already lost."""
+        ended = self.lifelines.ended()
+        for rank in ended:
+            self.leaving.pop(rank, None)
+        return [rank for rank in ended if rank not in self.lost_at]
+
+    def _check_leaving(self) -> None:
+        stuck = [rank for rank, at in self.leaving.items() if self.now - at > CUT_GRACE_S]
+        if stuck:
+            abort_job(self.chan.comm, "; ".join(f"{self._name(r)} hung and did not leave within {CUT_GRACE_S:g} s"
+                                                 " of being dropped from the run" for r in stuck))
+
+    def _lose(self, rank: int, why: str) -> None:
+        """Go on without generator `rank`: the scheduler hands its prompts to the others and the
+        next weight update rebuilds the weight groups without it."""
+        log.warning("%s; going on without it", why)
+        self.lost_at[rank] = time.monotonic()
+        self.chan.forget(rank)
+        name = self._name(rank)
+        for kind in (GENERATION, WEIGHT_UPDATE):
+            self.watchdog.cancel(kind, name)
+        del self.gen_clocks[rank]
+        commands = self.sched.lose_generator(rank)
+        alive, least = len(self.sched.alive), self.cfg.rollout.min_generators
+        self.progress.note(f"lost {name} at version {self.version}: {alive} of {len(self.generators)} generators left"
+                           + (f", fewer than rollout.min_generators = {least}: checkpoint and stop" if alive < least
+                              else ""))
+        self._execute(commands)
+
+    def _explain_broken_update(self, version: int, what: str) -> None:
+        """A weight transfer broke: a generator lost since this round of the update began must
+        explain it (the update is then done again without it), within BROKEN_UPDATE_GRACE_S."""
+        self.unexplained.append((self.now + BROKEN_UPDATE_GRACE_S, self.sync_started[version], what))
+
+    def _check_unexplained(self) -> None:
+        """A broken update that no lost generator explains in time is a real transport failure."""
+        def explained(since: float) -> bool:
+            return any(at >= since for at in self.lost_at.values())
+
+        self.unexplained = [u for u in self.unexplained if not explained(u[1])]
+        late = [what for deadline, _, what in self.unexplained if self.now > deadline]
+        if late:
+            abort_job(self.chan.comm, f"weight update failed with every generator alive: {late[0]}")
+
+    def _relay(self, address: WeightGroupAddress) -> None:
+        """A stage leader's new weight group, to the generators that are to join it."""
+        for g in address.generators:
+            self.chan.send(g, address)
 
     def _died(self, rank: int) -> str:
         role, index = role_of(self.cfg, rank)
@@ -254,18 +357,34 @@ class Controller:
 
     def _on_worker_failed(self, failed: WorkerFailed) -> None:
         """A worker's error is often the echo of a peer's death (its collective lost the peer):
-        a rank whose lifeline ends within DEAD_PEER_GRACE_S is named first, as the cause."""
+        a rank whose lifeline ends within DEAD_PEER_GRACE_S is named first, as the cause. A
+        generator's error once every worker was ready, with no other rank but generators dead, is
+        survived as its death is: its lifeline is cut, which ends its process."""
         deadline = time.monotonic() + DEAD_PEER_GRACE_S
-        dead = self.lifelines.ended()
+        dead = self._dead()
         while not dead and time.monotonic() < deadline:
             time.sleep(POLL_S)
-            dead = self.lifelines.ended()
+            dead = self._dead()
+        alive = self.sched.alive
+        if self.ready and failed.rank in alive and all(rank in alive for rank in dead):
+            for rank in dead:
+                self._lose(rank, self._died(rank))
+            if failed.rank in self.sched.alive:
+                # Its process leaves now, not after its clean-up: until then its weight-group
+                # sockets are open and a transfer to its group waits on it.
+                self.lifelines.cut(failed.rank)
+                self.leaving[failed.rank] = self.now
+                self._lose(failed.rank, describe(failed))
+            return
         causes = [self._died(rank) for rank in dead]
         abort_job(self.chan.comm, "; ".join([*causes, ("then " if causes else "") + describe(failed)]))
 
     # ---- messages in, commands out ----------------------------------------------------------
 
     def _handle(self, src: int, msg: object) -> None:
+        if src in self.lost_at:
+            # Sent before it was lost, read after: its prompts are already generated again elsewhere.
+            return
         if isinstance(msg, Trajectory):
             if msg.prompt_id >= 0:
                 self.step_gen_tokens += len(msg.output_ids)
@@ -278,7 +397,18 @@ class Controller:
             self._record_step(msg)
             self._execute(commands)
         elif isinstance(msg, WeightsSent):
-            self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums))
+            if msg.error is not None:
+                self._explain_broken_update(msg.version, f"{self._name(src)} could not send version {msg.version}"
+                                            f" of stage {msg.stage}: {msg.error}")
+            self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums, msg.error))
+        elif isinstance(msg, UpdateBegun):
+            self.update_begun.add(msg.generator_rank)
+        elif isinstance(msg, WeightsLoaded) and msg.error is not None:
+            self._explain_broken_update(msg.version, f"{self._name(src)} could not load version {msg.version}:"
+                                        f" {msg.error}")
+            self.watchdog.finish(WEIGHT_UPDATE, self._name(msg.generator_rank), self.now)
+            self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, {}, msg.error))
+            self._watch_generation(msg.generator_rank)
         elif isinstance(msg, WeightsLoaded):
             self.sync_seconds[(msg.generator_rank, msg.version)] = msg.seconds
             for key, value in msg.engine_stats.items():
@@ -288,6 +418,8 @@ class Controller:
             self._watch_generation(msg.generator_rank)
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint_saved(msg)
+        elif isinstance(msg, WeightGroupAddress):
+            self._relay(msg)
         elif isinstance(msg, WorkerFailed):
             self._on_worker_failed(msg)
         else:
@@ -314,8 +446,9 @@ class Controller:
                 self._dispatch(c)
                 self.watchdog.start(TRAIN_STEP, TRAINER, f"for version {c.version}", self.now)
             elif isinstance(c, SyncWeights):
-                self._update_weights(c.version)
-                for g in self.generators:  # paused for the update: watched as an update, not a generation
+                self._update_weights(c.version, c.generators)
+                for g in c.generators:  # paused for the update: watched as an update, not a generation
+                    self.update_begun.discard(g)
                     self.watchdog.cancel(GENERATION, self._name(g))
                     self.watchdog.start(WEIGHT_UPDATE, self._name(g), f"version {c.version}", self.now)
             elif isinstance(c, StepFinished):
@@ -363,7 +496,8 @@ class Controller:
                 "running_prompts": float(self.sched.buffer.running),
                 "trainer_idle_fraction": self.trainer_clock.idle_fraction(self.now),
                 "generator_idle_fraction": sum(c.idle_fraction(self.now) for c in self.gen_clocks.values())
-                / len(self.gen_clocks),
+                / max(len(self.gen_clocks), 1),
+                "generators_alive": float(len(self.sched.alive)),
             }
         )
         if self.last_sync_s is not None:
@@ -374,10 +508,10 @@ class Controller:
         self.metrics.write(done.version, record)
         self.progress.update(done.version, record)
 
-    def _update_weights(self, version: int) -> None:
-        msg = UpdateWeights(version)
+    def _update_weights(self, version: int, generators: tuple[int, ...]) -> None:
+        msg = UpdateWeights(version, generators)
         self.trainers.command(msg)
-        for g in self.generators:
+        for g in generators:
             self.chan.send(g, msg)
         self.sync_started[version] = self.now
 
@@ -517,9 +651,12 @@ class Controller:
     # ---- the end --------------------------------------------------------------------------
 
     def _shutdown(self, reason: str, code: int) -> int:
-        self.trainers.command(Shutdown(reason))
-        for g in self.generators:
-            self.chan.send(g, Shutdown(reason))
+        # With a rank gone, MPI_Finalize would wait for it: every rank is told to exit without.
+        self.chan.finalize = not self.sched.lost
+        msg = Shutdown(reason, finalize=self.chan.finalize)
+        self.trainers.command(msg)
+        for g in self.sched.alive:
+            self.chan.send(g, msg)
         self.chan.flush()
         self.progress.close()
         self.metrics.close()

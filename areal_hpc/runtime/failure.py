@@ -3,7 +3,9 @@
 A worker that raises sends WorkerFailed to rank 0 and waits to be aborted; rank 0 prints the
 rank, role and reason and calls MPI_Abort, which makes mpiexec (or srun) kill every rank and exit
 non-zero. If rank 0 cannot do it in time, the worker leaves with os._exit, which the launcher
-also treats as a failure of the job. A rank killed outright (kill -9) is seen by the launcher too,
+also treats as a failure of the job. (A generator's error once the run is under way is survived:
+rank 0 drops the rank and cuts its lifeline, which ends its process; runtime/controller_rank.py.)
+A rank killed outright (kill -9) is seen by the launcher too,
 and by rank 0 through the rank's lifeline (wire/lifeline.py); the rank's children die with it
 (runtime/parent_death.py).
 """
@@ -45,13 +47,27 @@ def describe(failed: WorkerFailed) -> str:
     return f"rank {failed.rank} ({failed.role} {failed.index}) failed: {failed.reason}"
 
 
-def worker_failed(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
-    """Report `exc` to rank 0, wait for the abort, and leave without MPI_Finalize."""
+# The error this process already reported to rank 0 (one rank per process): reported once.
+_reported: list[BaseException] = []
+
+
+def report_failure(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
+    """Print `exc` and send it to rank 0, once per process. A rank calls it before its own clean-up
+    (an engine's shutdown can hang), so rank 0 hears of the error whatever the clean-up does."""
+    if _reported:
+        return
+    _reported.append(exc)
     traceback.print_exception(exc, file=sys.stderr)
     sys.stderr.flush()
+    chan.send(CONTROLLER_RANK, WorkerFailed(chan.rank, role, index, reason_of(exc)))
+    chan.flush(ABORT_GRACE_S / 2)
+
+
+def worker_failed(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
+    """Report `exc` to rank 0 (unless done already), wait for the abort (or, for a generator rank 0
+    goes on without, for the cut of its lifeline), and leave without MPI_Finalize."""
     try:
-        chan.send(CONTROLLER_RANK, WorkerFailed(chan.rank, role, index, reason_of(exc)))
-        chan.flush(ABORT_GRACE_S / 2)
+        report_failure(chan, role, index, exc)
         time.sleep(ABORT_GRACE_S)
     finally:
         os._exit(1)

@@ -24,6 +24,7 @@ from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import ConfigError
 from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import fault
+from areal_hpc.runtime.failure import report_failure
 from areal_hpc.slurm.hetjob import placements
 from areal_hpc.wire.layout import CONTROLLER_RANK, Role, generator_ranks, generator_visible_devices
 from areal_hpc.wire.messages import (
@@ -31,6 +32,7 @@ from areal_hpc.wire.messages import (
     LaunchPlan,
     Shutdown,
     Trajectory,
+    UpdateBegun,
     UpdateWeights,
     WeightGroupAddress,
     WeightsLoaded,
@@ -48,6 +50,8 @@ class GeneratorRank:
         self.references: dict[int, tuple[Reference, int]] = {}  # prompt id -> (reference, samples left)
         self.tasks: set[asyncio.Task] = set()
         self.failure: BaseException | None = None
+        # The generator ranks of the weight groups joined.
+        self.members: tuple[int, ...] = ()
 
     async def recv(self) -> object:
         while (got := self.chan.poll(CONTROLLER_RANK)) is None:
@@ -69,17 +73,23 @@ class GeneratorRank:
         if not task.cancelled() and task.exception() is not None and self.failure is None:
             self.failure = task.exception()
 
-    async def _join_weight_groups(self, gen) -> None:
-        """Join one weight group per trainer pipeline stage, in stage order."""
+    async def _join_weight_groups(self, gen, held: list[GenerateRequest] | None = None) -> None:
+        """Join one weight group per trainer pipeline stage, in stage order: at start, and again
+        when a generator was lost (`held` then keeps the requests that arrive meanwhile, which
+        must wait for the update)."""
         addresses: list[WeightGroupAddress] = []
         while len(addresses) < self.cfg.trainer.pp:
             msg = await self.recv()
-            if not isinstance(msg, WeightGroupAddress):
+            if isinstance(msg, GenerateRequest) and held is not None:
+                held.append(msg)
+            elif isinstance(msg, WeightGroupAddress):
+                addresses.append(msg)
+            else:
                 raise RuntimeError(f"expected a weight group address, got {msg!r:.200}")
-            addresses.append(msg)
-        offset = 1 + self.index * self.cfg.generator.tensor_parallel_size
         for a in sorted(addresses, key=lambda a: a.stage):
-            await gen.init_weight_group(a.host, a.port, a.world_size, offset)
+            offset = 1 + a.generators.index(self.chan.rank) * self.cfg.generator.tensor_parallel_size
+            await gen.init_weight_group(a.host, a.port, a.world_size, offset, a.stage)
+        self.members = addresses[0].generators
 
     async def _collect(self, gen, pool, tokenizer) -> None:
         """Score every finished sample as soon as it finishes and send it on."""
@@ -124,25 +134,51 @@ class GeneratorRank:
                 for task in list(self.tasks):
                     task.cancel()
                 await asyncio.gather(*self.tasks, return_exceptions=True)
+        except BaseException as e:
+            # Before the clean-up below, which can hang (seen in CI: a failed generator's report
+            # never came, and the trainer's weight send to its group waited past every deadline).
+            # Rank 0 then drops the rank and cuts its lifeline, which ends this process.
+            report_failure(self.chan, Role.GENERATOR, self.index, e)
+            raise
         finally:
             await gen.shutdown()
         self.chan.flush()
+
+    async def _update(self, gen, version: int) -> WeightsLoaded:
+        """Load `version`. A broken transfer (a member of the weight group died) is reported, not
+        raised: the controller sends the update again without the dead member."""
+        from areal_hpc.rollout.weight_transfer import WeightTransferError
+
+        start = time.monotonic()
+        try:
+            update = await gen.update_weights(version)
+        except WeightTransferError as e:
+            log.warning("generator %d: %s", self.index, e)
+            return WeightsLoaded(self.chan.rank, version, time.monotonic() - start, error=str(e))
+        checksums = update.checksums
+        if fault.requested("generator", self.index, "checksum"):
+            checksums = {**checksums, min(checksums): "corrupted"}
+        return WeightsLoaded(self.chan.rank, update.version, update.seconds, checksums, gen.engine_stats.take())
+
+    def _submit(self, gen, msg: GenerateRequest) -> None:
+        fault.check("generator", self.index, "request")
+        self.references[msg.prompt_id] = (msg.reference, msg.group_size)
+        gen.submit(msg)
 
     async def _serve(self, gen) -> None:
         while True:
             msg = await self.recv()
             if isinstance(msg, GenerateRequest):
-                fault.check("generator", self.index, "request")
-                self.references[msg.prompt_id] = (msg.reference, msg.group_size)
-                gen.submit(msg)
+                self._submit(gen, msg)
             elif isinstance(msg, UpdateWeights):
                 fault.check("generator", self.index, "update")
-                update = await gen.update_weights(msg.version)
-                checksums = update.checksums
-                if fault.requested("generator", self.index, "checksum"):
-                    checksums = {**checksums, min(checksums): "corrupted"}
-                self.chan.send(CONTROLLER_RANK, WeightsLoaded(self.chan.rank, update.version, update.seconds, checksums,
-                                                              gen.engine_stats.take()))
+                self.chan.send(CONTROLLER_RANK, UpdateBegun(self.chan.rank, msg.version))
+                held: list[GenerateRequest] = []
+                if msg.generators != self.members:
+                    await self._join_weight_groups(gen, held)
+                self.chan.send(CONTROLLER_RANK, await self._update(gen, msg.version))
+                for request in held:
+                    self._submit(gen, request)
             elif isinstance(msg, Shutdown):
                 return
             else:

@@ -16,7 +16,7 @@ from areal_hpc.controller.checkpoint import hf_dir, trainer_dir
 from areal_hpc.runtime import fault
 from areal_hpc.runtime.broadcast import broadcast, group_comm
 from areal_hpc.wire.device import device_of
-from areal_hpc.wire.layout import CONTROLLER_RANK, Role, replica_ranks, trainer_ranks
+from areal_hpc.wire.layout import CONTROLLER_RANK, Role, generator_ranks, replica_ranks, trainer_ranks
 from areal_hpc.wire.messages import (
     CheckpointSaved,
     LaunchPlan,
@@ -54,16 +54,34 @@ def _join_trainer_group(plan: LaunchPlan, chan: Channel, index: int) -> None:
     init_trainer_world(plan.config, index, len(ranks), f"tcp://{address.host}:{address.port}")
 
 
-def _weight_sender(plan: LaunchPlan, chan: Channel, stage: int):
-    """Announce this stage's weight group to the controller, then wait for the generators to join."""
+def _weight_sender(plan: LaunchPlan, chan: Channel, stage: int, generators: tuple[int, ...]):
+    """Announce this stage's weight group of `generators` to the controller, then wait for them
+    to join. A new group, on a new port, each time the live generators change."""
     from areal_hpc.rollout.weight_transfer import WeightSender
 
     cfg = plan.config
-    world = 1 + cfg.generator.count * cfg.generator.tensor_parallel_size
-    address = WeightGroupAddress(stage, _address(plan), free_port(), world)
+    world = 1 + len(generators) * cfg.generator.tensor_parallel_size
+    address = WeightGroupAddress(stage, _address(plan), free_port(), world, generators)
     chan.send(CONTROLLER_RANK, address)
     backend = "nccl" if device_of(cfg) == "cuda" else "gloo"
     return WeightSender(address.host, address.port, world, backend, timeout_s=cfg.startup_timeout_s)
+
+
+def _send_weights(sender, engine, version: int, buckets, bucket_bytes: int) -> WeightsSent:
+    """Send `version` to the stage's weight group. A transport failure (a generator died
+    mid-transfer) is reported, not raised: the controller sends the update again without it, in a
+    new group. The rest of the buckets are still gathered, which the stage's other ranks take part in."""
+    from areal_hpc.rollout.weight_transfer import WeightTransferError
+
+    stage = engine.ranks.pp_rank
+    try:
+        return WeightsSent(stage, version, sender.send(version, buckets, plan=engine.hf_weight_plan(bucket_bytes)))
+    except (RuntimeError, WeightTransferError) as e:
+        for _ in buckets:
+            pass
+        log.warning("stage %d: sending version %d failed: %s", stage, version, e)
+        sender.close()
+        return WeightsSent(stage, version, error=str(e))
 
 
 def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
@@ -82,7 +100,12 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
         engine.load_checkpoint(trainer_dir(plan.resume_dir))
     else:
         engine.load_hf(plan.model_dir)
-    sender = _weight_sender(plan, chan, engine.ranks.pp_rank) if engine.is_stage_leader else None
+    stage, leader = engine.ranks.pp_rank, engine.is_stage_leader
+    # The stage leader's weight group and its generator ranks; groups of earlier generators (one
+    # of them lost) are kept, not torn down: a teardown may wait for the dead member.
+    receivers = tuple(generator_ranks(cfg))
+    sender = _weight_sender(plan, chan, stage, receivers) if leader else None
+    retired = []
     chan.send(CONTROLLER_RANK, WorkerReady(chan.rank, Role.TRAINER))
     log.info("trainer rank %d ready at version %d", index, engine.version)
     while True:
@@ -97,11 +120,23 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
         elif isinstance(msg, UpdateWeights):
             if msg.version != engine.version:
                 raise RuntimeError(f"asked to send version {msg.version} but the trainer is at {engine.version}")
+            if leader and (sender is None or msg.generators != receivers):
+                # A generator was lost: a new group of the others (the old one has a dead member,
+                # whose socket a collective would fail on).
+                if sender is not None:
+                    retired.append(sender)
+                log.info("stage %d: new weight group of generator ranks %s", stage, ",".join(map(str, msg.generators)))
+                sender = _weight_sender(plan, chan, stage, msg.generators)
+                receivers = msg.generators
             bucket_bytes = cfg.generator.weight_bucket_bytes
             buckets = engine.iter_hf_weights(bucket_bytes)
             if sender is not None:  # streamed: a bucket is gathered while the previous one is on the wire
-                sums = sender.send(msg.version, buckets, plan=engine.hf_weight_plan(bucket_bytes))
-                chan.send(CONTROLLER_RANK, WeightsSent(engine.ranks.pp_rank, msg.version, sums))
+                sent = _send_weights(sender, engine, msg.version, buckets, bucket_bytes)
+                if sent.error is not None:
+                    # Destroyed (its last reference), which closes its sockets: the live members'
+                    # receives end at once instead of waiting out the group's timeout.
+                    sender = None
+                chan.send(CONTROLLER_RANK, sent)
             else:
                 for _ in buckets:  # the stage's other TP ranks take part in the gather
                     pass
@@ -112,7 +147,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
             if index == 0:
                 chan.send(CONTROLLER_RANK, CheckpointSaved(msg.path))
         elif isinstance(msg, Shutdown):
-            chan.shutdown_seen = True  # for the lifeline; only the root's came through chan.recv
+            # For the lifeline and the exit; only the root's came through chan.recv.
+            chan.shutdown_seen, chan.finalize = True, msg.finalize
             break
         else:
             raise RuntimeError(f"trainer rank {index}: unexpected message {msg!r:.200}")

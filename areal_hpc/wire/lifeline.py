@@ -1,13 +1,16 @@
 """Lifelines: one TCP connection from every worker rank to rank 0, so that a rank that dies is named.
 
-A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message. mpiexec
-kills the other ranks at once and names the process itself; srun --kill-on-bad-exit sends them
-SIGTERM and only KillWait seconds later SIGKILL, and where a launcher leaves them running, MPI
-would only notice on the next message to the dead rank, if ever. The operating system closes a
-dead process's sockets at once, so rank 0 sees its lifeline end within milliseconds, names the
-rank and role, and aborts the job. The worker watches the same connection from its side: when
-rank 0 is gone without a Shutdown, it leaves instead of waiting forever. (Spawned children such as
-vLLM's engine core do not inherit the socket: it is close-on-exec.)
+A rank killed outright (kill -9, the out-of-memory killer, a lost node) sends no message. Plain
+mpiexec kills the other ranks at once and names the process itself; where the launcher leaves them
+running (srun --kill-on-bad-exit=0, mpiexec -disable-auto-cleanup), MPI would only notice on the
+next message to the dead rank, if ever. The operating system closes a dead process's sockets at
+once, so rank 0 sees its lifeline end within milliseconds and names the rank and role: it goes on
+without a lost generator and aborts the job for any other rank. The worker watches the same
+connection from its side: when rank 0 is gone without a Shutdown, it leaves instead of waiting
+forever. The line also carries rank 0's one word to a worker whose main thread hangs: CUT (rank 0
+dropped the rank from the run: it hung or failed), on which the watching thread ends the process, so the hung rank
+goes the way a dead one does. (Spawned children such as vLLM's engine core do not inherit the
+socket: it is close-on-exec.)
 
 A line counts only once it has said who it is: the job's secret (made by rank 0, sent to the
 workers in the launch plan) and a rank of this job not already held. Anything else on the port (a
@@ -43,6 +46,8 @@ MAX_UNNAMED = 8192
 # worker of a 513-rank job connects within the same few milliseconds.
 BACKLOG = 4096
 SECRET_BYTES = 16
+# The one byte rank 0 sends on a line: this rank is dropped from the run (it hung); leave.
+CUT = b"C"
 _RANK = struct.Struct("!i")
 GREETING_BYTES = SECRET_BYTES + _RANK.size
 
@@ -166,6 +171,17 @@ class LifelineServer:
         self._selector.unregister(line)
         line.close()
 
+    def cut(self, rank: int) -> None:
+        """Tell worker `rank` it is dropped from the run, so its process leaves; `ended` reports
+        it once it is gone, as any other. A line already gone is left to `ended`."""
+        line = next((line for line, r in self._lines.items() if r == rank), None)
+        if line is None:
+            return
+        try:
+            line.send(CUT)  # one byte into a send buffer nothing else uses: does not block
+        except OSError:
+            pass
+
     def close(self) -> None:
         for line in [*self._lines, *self._unnamed]:
             self._selector.unregister(line)
@@ -179,7 +195,8 @@ class LifelineServer:
 
 def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callable[[], bool]) -> socket.socket:
     """A worker's end: connect to rank 0, say who it is, and watch the line in a daemon thread. If
-    rank 0 goes away while `expected_end()` is false, print why and leave at once with exit code 1."""
+    rank 0 goes away while `expected_end()` is false, or cuts the line (CUT), print why and leave at
+    once with exit code 1, whatever the main thread is doing."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
@@ -193,11 +210,16 @@ def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callabl
     line.settimeout(None)
 
     def watch() -> None:
+        got = b""
         try:
-            while line.recv(1):
+            while (got := line.recv(1)) and got != CUT:
                 pass
         except OSError:
             pass
+        if got == CUT:
+            print(f"rank {rank}: rank 0 dropped this rank from the run (it hung past its watchdog deadline"
+                  " or failed); leaving", file=sys.stderr, flush=True)
+            os._exit(1)
         if not expected_end():
             print(f"rank {rank}: rank 0 (controller) is gone; leaving", file=sys.stderr, flush=True)
             os._exit(1)

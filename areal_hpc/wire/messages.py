@@ -181,9 +181,21 @@ class StepDone:
 
 @dataclass
 class UpdateWeights:
-    """Controller -> every trainer rank (through its replica's root) and every generator: move
-    `version`'s weights now (trainer stage leaders send, the other trainer ranks help gather)."""
+    """Controller -> every trainer rank (through its replica's root) and every live generator: move
+    `version`'s weights now (trainer stage leaders send, the other trainer ranks help gather) to
+    `generators`. When that set differs from the weight groups' members (a generator was lost),
+    each stage leader first makes a new group of them (a new WeightGroupAddress) and they join it."""
 
+    version: int
+    generators: tuple[int, ...]
+
+
+@dataclass
+class UpdateBegun:
+    """Generator -> controller: UpdateWeights(`version`) reached it and it is loading. A member of
+    an update that never says so is the one holding the weight group up (controller_rank.py)."""
+
+    generator_rank: int
     version: int
 
 
@@ -198,6 +210,8 @@ class WeightsLoaded:
     # The engine's decode and prefill step-time sums since its previous update
     # (areal_hpc/rollout/engine_stats.py), added into the step's metrics under `gen/`.
     engine_stats: dict[str, float] = field(default_factory=dict)
+    # Set when the transfer broke: the engine goes on with what it had until the update comes again.
+    error: str | None = None
 
 
 @dataclass
@@ -222,6 +236,9 @@ class Shutdown:
     """Controller -> every rank: stop cleanly."""
 
     reason: str = "done"
+    # False once a rank of the world died: MPI_Finalize would wait for it forever, so every rank
+    # exits without it (runtime/world.py).
+    finalize: bool = True
 
 
 @dataclass
@@ -267,6 +284,9 @@ class WeightGroupAddress:
     host: str
     port: int
     world_size: int
+    # The generator ranks of the group, in order: generator generators[i]'s vLLM workers are
+    # group ranks 1 + i * tensor_parallel_size onwards (rank 0 is the sender).
+    generators: tuple[int, ...]
 
 
 @dataclass
@@ -285,6 +305,8 @@ class WeightsSent:
     stage: int
     version: int
     checksums: dict[str, str] = field(default_factory=dict)
+    # Set when the transfer broke (a member of the weight group died): the update is sent again.
+    error: str | None = None
 
 
 @dataclass

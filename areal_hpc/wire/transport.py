@@ -47,19 +47,25 @@ class Channel:
         self._wire = pkl5.Intracomm(comm)
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
-        self._pending: list[Any] = []
+        self._pending: list[tuple[int, Any]] = []  # (destination, request)
         # Set once a Shutdown arrived: from then on rank 0 going away is the expected end.
         self.shutdown_seen = False
+        # False once a Shutdown said a rank of the world is gone (no MPI_Finalize then).
+        self.finalize = True
 
     def send(self, dest: int, msg: object) -> None:
         """Queue `msg` for `dest`; returns at once (large messages complete in the background).
         Arrays of 256 KiB or more are sent from their own memory: do not modify them in place
         until `flush` (nothing in the system does; replacing a field is fine)."""
-        self._pending.append(self._wire.isend(msg, dest=dest, tag=TAG))
+        self._pending.append((dest, self._wire.isend(msg, dest=dest, tag=TAG)))
         self._reap()
 
     def _reap(self) -> None:
-        self._pending = [r for r in self._pending if not r.test()[0]]
+        self._pending = [(d, r) for d, r in self._pending if not r.test()[0]]
+
+    def forget(self, rank: int) -> None:
+        """`rank` is dead: stop waiting for its sends, which would never complete."""
+        self._pending = [(d, r) for d, r in self._pending if d != rank]
 
     def poll(self, source: int | None = None) -> tuple[int, object] | None:
         """The next message from `source` (any rank when None), or None if there is none yet."""
@@ -75,7 +81,9 @@ class Channel:
 
         sender = status.Get_source()
         msg = matched.recv()
-        self.shutdown_seen |= isinstance(msg, Shutdown)
+        if isinstance(msg, Shutdown):
+            self.shutdown_seen = True
+            self.finalize = msg.finalize
         return sender, msg
 
     def recv(self, source: int | None = None, timeout: float | None = None) -> tuple[int, object]:

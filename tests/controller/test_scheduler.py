@@ -190,6 +190,121 @@ def test_a_batch_ready_when_a_checkpoint_starts_stays_in_its_state_until_it_is_s
     assert [g.prompt_id for g in train[0].groups] == [2, 3]
 
 
+def test_a_lost_generators_prompts_go_to_the_others_once_and_updates_stop_waiting_for_it():
+    s = make(eta=1, b=2, k=2, total=2)
+    s.start_training()
+    submits = s.poll()  # prompts 0, 2 on generator 4; 1, 3 on generator 5
+    on5 = [c for c in submits if c.generator == 5]
+    s.on_trajectory(sample(on5[0].prompt_id, 0))  # half of prompt 1 arrived before the loss
+    again = s.lose_generator(5)
+    assert s.alive == (4,) and s.lost == [5] and not s.stop_requested
+    # Same prompts, rows and seeds, now on generator 4; nothing newly admitted.
+    assert [(c.generator, c.prompt_id, c.row, c.seed) for c in again] == [(4, c.prompt_id, c.row, c.seed) for c in on5]
+    assert s.poll() == [] and s.generators.load == {4: 4}
+    finish(s, [c for c in submits if c.generator == 4])
+    finish(s, again)  # sample 0 of prompt 1 again: the lost one was dropped, not a duplicate
+    train = s.poll()
+    assert kinds(train) == [Train] and [g.prompt_id for g in train[0].groups] == [0, 1]
+    done = s.on_step_done(1)
+    assert done[1] == SyncWeights(1, (4,))
+    s.on_weights_sent(0, 1, {"w": "x"})
+    assert kinds(s.on_weights_loaded(4, 1, {"w": "x"})) == [WeightsVerified, SyncFinished]
+    with pytest.raises(RuntimeError, match="not a live generator"):
+        s.lose_generator(5)
+
+
+def test_an_update_in_flight_finishes_without_the_lost_generator():
+    s = make()
+    s.sync_weights()
+    s.on_weights_sent(0, 0, {"w": "x"})
+    assert kinds(s.on_weights_loaded(4, 0, {"w": "x"})) == [WeightsVerified]
+    assert kinds(s.lose_generator(5)) == [SyncFinished] and not s.syncing
+
+
+def test_a_lost_generators_held_out_prompts_are_sampled_again_whole():
+    s = make(k=2)
+    submits = s.start_eval()
+    lost = [c for c in submits if c.generator == 5]
+    s.on_trajectory(sample(lost[0].prompt_id, 0))
+    again = s.lose_generator(5)
+    assert [c.prompt_id for c in again] == [c.prompt_id for c in lost]
+    out = finish(s, [c for c in submits if c.generator == 4]) + finish(s, again)
+    assert kinds(out) == [EvalFinished] and len(out[0].results) == 6
+    assert sorted((t.prompt_id, t.sample_index) for t in out[0].results) == sorted(
+        (c.prompt_id, i) for c in submits for i in range(2))
+
+
+def test_an_update_broken_by_a_lost_member_is_done_again_without_it():
+    s = make()
+    s.sync_weights()
+    # Generator 5 dies mid-transfer: the stage's send fails, generator 4's receive fails.
+    assert s.on_weights_sent(0, 0, {}, error="Connection reset by peer") == []
+    assert s.on_weights_loaded(4, 0, {}, error="Connection reset by peer") == []
+    again = s.lose_generator(5)  # every live party reported: a new round, without it
+    assert again == [SyncWeights(0, (4,))] and s.syncing
+    s.on_weights_sent(0, 0, {"w": "x"})
+    assert kinds(s.on_weights_loaded(4, 0, {"w": "x"})) == [WeightsVerified, SyncFinished]
+    with pytest.raises(RuntimeError, match="no such update"):
+        s.on_weights_loaded(4, 0, {}, error="late")
+
+
+def test_a_round_waits_for_every_live_party_before_it_is_done_again():
+    s = make()
+    s.sync_weights()
+    s.on_weights_loaded(4, 0, {"w": "x"})  # received everything before the sender failed
+    assert s.on_weights_sent(0, 0, {}, error="broken") == []  # generator 5 has not reported
+    assert s.lose_generator(5) == [SyncWeights(0, (4,))]
+
+
+def test_a_broken_update_behind_a_newer_step_is_left_to_that_steps_update():
+    s = make(eta=1, b=2, total=3)
+    s.start_training()
+    finish(s, s.poll())
+    s.poll()
+    s.on_step_done(1)  # update of version 1 in flight
+    s.poll()  # and the next step training
+    assert s.step is not None
+    s.on_weights_sent(0, 1, {}, error="broken")
+    s.on_weights_loaded(4, 1, {}, error="broken")
+    again = s.lose_generator(5)
+    assert kinds(again) == [Submit] * len(again) and not s.syncing  # not sent again: the trainer moved on
+    assert s.on_step_done(2)[1] == SyncWeights(2, (4,))
+
+
+def test_the_next_update_waits_until_a_broken_one_is_settled():
+    s = make(eta=1, b=2, total=3)
+    s.start_training()
+    finish(s, s.poll())
+    s.poll()
+    s.on_step_done(1)
+    s.on_weights_sent(0, 1, {}, error="broken")  # generator 5 failed; its loss is not known yet
+    assert Train in kinds(s.poll())
+    assert s.on_step_done(2)[1:] == [] and s.sync_due  # no update to a group with it again
+    s.on_weights_loaded(4, 1, {}, error="broken")
+    out = s.lose_generator(5)
+    assert SyncWeights(2, (4,)) in out and not s.sync_due
+
+
+def test_fewer_than_min_generators_left_checkpoints_and_stops():
+    s = make(eta=1, b=2, min_generators=2)
+    s.start_training()
+    s.poll()
+    s.lose_generator(4)
+    assert s.stop_requested and s.ckpt_requested
+    assert s.lose_generator(5) == []  # none left: the checkpoint issues their prompts again
+    assert s.alive == ()
+
+
+def test_losing_the_last_generator_an_update_waits_for_starts_no_eval_round():
+    """The update finishes with nobody left to serve an eval round that falls due with it."""
+    s = make(eval_interval=1)
+    s.sync_weights()
+    s.on_weights_sent(0, 0, {"w": "x"})
+    s.on_weights_loaded(4, 0, {"w": "x"})
+    s.lose_generator(4)
+    assert kinds(s.lose_generator(5)) == [SyncFinished] and s.eval is None and s.alive == ()
+
+
 def test_a_run_that_can_never_go_on_is_named_not_left_to_hang():
     s = make(eta=1, b=2, total=3)
     s.start_training()

@@ -63,7 +63,7 @@ def main() -> None:
         return
     commands = TrainerCommands(chan, CFG)
     commands.batch(0, batch())
-    commands.command(UpdateWeights(1))
+    commands.command(UpdateWeights(1, ()))
     commands.command(Shutdown())
     sent_to = list(chan.sent_to)
     reports = [chan.recv(r)[1] for r in range(1, chan.size)]

@@ -2,8 +2,9 @@
 local SLURM with the script's own program (the launcher): controller and Megatron trainer in
 component 0 (partition train), the vLLM generator in component 1 (partition rollout), one MPI
 world. Mid-run the time-limit signal stops it; the job is requeued, resumes from the checkpoint
-and completes, and the metrics show every step once. In another run a generator rank is killed
-with SIGKILL: rank 0 names it and nothing of the job is left running."""
+and completes, and the metrics show every step once. In another run the generator rank is killed
+with SIGKILL: rank 0 names it, checkpoints and stops for a requeue, and nothing of the job is left
+running."""
 
 from __future__ import annotations
 
@@ -92,9 +93,11 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
 
 
 def test_a_killed_generator_is_named_and_the_run_requeued(slurm_cluster: Cluster, tmp_path: Path) -> None:
-    """kill -9 of a generator rank: srun ends the step (SIGTERM, then SIGKILL after KillWait), and
-    in between the controller names the dead rank from its lifeline; nothing of that run is left
-    running; the batch script requeues the crashed run, which resumes and completes."""
+    """kill -9 of the only generator rank: srun leaves the others running (--kill-on-bad-exit=0),
+    the controller names the dead rank from its lifeline and, with fewer than
+    rollout.min_generators left, checkpoints at the step boundary and exits 3; nothing of that run
+    is left running; the batch script requeues it, and it resumes from the version it stopped at
+    (no step lost) and completes."""
     marker = uuid.uuid4().hex
     job, run_dir, output = submit_run(slurm_cluster, tmp_path, **{MARKER: marker})
     wait_for_steps(slurm_cluster, job, run_dir, output, 1)
@@ -116,3 +119,7 @@ def test_a_killed_generator_is_named_and_the_run_requeued(slurm_cluster: Cluster
     assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)",
                      output.read_text())
     assert [r["step"] for r in trained_steps(run_dir)] == list(range(1, STEPS + 1))
+    log = output.read_text()
+    stopped = re.search(r"stopped at version (\d+) with 0 generator\(s\) left", log)
+    if stopped:  # the loss fell past version 0, so a checkpoint was made: the resume starts there
+        assert f"resumed from version {stopped[1]} " in log, slurm_cluster.explain(output)

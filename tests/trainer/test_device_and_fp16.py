@@ -45,14 +45,21 @@ def test_skipped_fp16_steps_are_retried_to_the_same_update(out: Path, tiny_model
     # One version for the batch; one applied optimizer step per minibatch (ppo.minibatches = 2).
     assert skipping["version"] == clean["version"] == 1 == m["version"]
     assert skipping["optimizer_steps"] == clean["optimizer_steps"] == 2
-    # The retried minibatches trained the whole batch once, to the same update as without skips
-    # (power-of-two scales change the unscaled fp16 gradients only where they round near zero).
+    # The retried minibatches trained the whole batch once, to the same update as without skips.
+    # The two runs end at different power-of-two scales, which round the fp16 gradients near zero
+    # differently; Adam's first step turns those into small differences in a few weights (measured:
+    # under 1e-5, 355 of 0.9M). A dropped or doubled minibatch moves nearly every weight by about
+    # lr = 1e-3 instead, so the bounds are a tenth of lr and 1% of the weights.
     assert m["grad_norm"] == pytest.approx(clean["metrics"]["grad_norm"], rel=1e-6)
     assert m["loss"] == pytest.approx(clean["metrics"]["loss"], rel=1e-6)
     assert m["output_tokens"] == clean["metrics"]["output_tokens"]
     assert skipping["weights"].keys() == clean["weights"].keys()
+    differing = total = 0
     for name, w in clean["weights"].items():
-        torch.testing.assert_close(skipping["weights"][name], w, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(skipping["weights"][name], w, rtol=0, atol=1e-4, msg=name)
+        differing += int((skipping["weights"][name] != w).sum())
+        total += w.numel()
+    assert differing < 0.01 * total, f"{differing} of {total} weights differ"
 
 
 def test_a_nan_no_loss_scale_can_rescue_fails_the_step(out: Path, tiny_model_dir: Path) -> None:

@@ -17,12 +17,12 @@ from areal_hpc.wire.lifeline import LifelineServer, greeting
 RANKS = range(1, 8)
 
 
-def worker(server: LifelineServer, rank: int) -> subprocess.Popen:
-    """A process that holds its lifeline to `server` as worker `rank`, then waits."""
+def worker(server: LifelineServer, rank: int, expected_end: bool = False) -> subprocess.Popen:
+    """A process that holds its lifeline to `server` as worker `rank`, then waits (as a hung one)."""
     code = (
         "import sys, time\n"
         "from areal_hpc.wire.lifeline import hold\n"
-        f"hold({server.address!r}, {server.secret!r}, {rank}, lambda: False)\n"
+        f"hold({server.address!r}, {server.secret!r}, {rank}, lambda: {expected_end})\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"
     )
@@ -74,6 +74,25 @@ def test_a_worker_leaves_when_rank_0_is_gone():
     server.close()
     assert proc.wait(timeout=10) == 1
     assert "rank 2: rank 0 (controller) is gone" in proc.stderr.read()
+
+
+def test_a_cut_worker_leaves_though_its_main_thread_hangs():
+    server = LifelineServer(RANKS)
+    # Even a worker whose end is expected (rank 0's Shutdown came) leaves when it is cut.
+    hung, other = worker(server, 4, expected_end=True), worker(server, 6)
+    try:
+        poll_until(server, lambda: server.held == {4, 6}, 5)
+        server.cut(4)
+        assert hung.wait(timeout=10) == 1
+        assert "rank 4: rank 0 dropped this rank from the run (it hung" in hung.stderr.read()
+        assert ended_within(server, 5) == [4] and server.held == {6}
+        assert other.poll() is None
+        server.cut(4)  # already gone: nothing happens
+    finally:
+        for p in (hung, other):
+            p.kill()
+            p.wait()
+        server.close()
 
 
 def connect(server: LifelineServer, data: bytes = b"") -> socket.socket:

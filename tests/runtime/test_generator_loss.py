@@ -1,0 +1,111 @@
+"""A generator killed mid-run (SIGKILL, as the out-of-memory killer kills) under mpiexec with one
+proxy per rank and -disable-auto-cleanup (launch.mpiexec_surviving_loss): the run goes on with the
+other one and trains every step, every prompt exactly once, and says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mpi_jobs import run_job
+
+from areal_hpc.launch import mpiexec_surviving_loss
+
+pytestmark = pytest.mark.slow
+
+STEPS, B, GROUP = 6, 4, 4
+# Generator 1 (rank 3) dies as the update to version 2 reaches it, with prompts in flight: the
+# trainer's send breaks, and so does generator 0's receive; both go on.
+FAULT = "generator:1:update@2:kill"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_with(fault: str, run_dir: Path, model_dir: Path, *settings: str):
+    overrides = [*settings,
+        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={STEPS}", "generator.count=2",
+        "cluster.rollout_nodes=2", "rollout.eta=2", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
+        "rollout.max_concurrent=8", "rollout.max_new_tokens=64", "data.synthetic_eval_size=4", "eval.n=2",
+        "checkpoint.interval_steps=0", "logging.tensorboard=false",
+    ]
+    return run_job(4, overrides, timeout=480, mpiexec_args=tuple(mpiexec_surviving_loss(4)), AREAL_HPC_FAULT=fault)
+
+
+@pytest.fixture(scope="module")
+def lost_run(tmp_path_factory, tiny_model_dir):
+    run_dir = tmp_path_factory.mktemp("generator_loss")
+    return run_with(FAULT, run_dir, tiny_model_dir), run_dir
+
+
+def test_the_run_goes_on_without_the_lost_generator_and_says_so(lost_run):
+    job, run_dir = lost_run
+    assert "rank 3 (generator 1) died without reporting an error" in job.output, job.output[-5000:]
+    assert "going on without it" in job.output and "1 of 2 generators left" in job.output
+    assert "stage 0: sending version 2 failed" in job.output and "new weight group of generator ranks 2" in job.output
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "trained_tokens" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), job.output[-5000:]
+    alive = [r["generators_alive"] for r in steps]
+    assert alive[-1] == 1 and alive == sorted(alive, reverse=True)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["generators_first"], summary["generators_last"]) == (2, 1)
+    evals = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "eval_accuracy" in r]
+    assert [e["step"] for e in evals] == [0, STEPS]
+    # Rank 0 ended normally; hydra's exit status also carries the killed rank's.
+    assert f"metrics: {run_dir / 'metrics.jsonl'}" in job.output
+
+
+def test_every_prompt_is_trained_exactly_once_after_the_loss(lost_run):
+    _, run_dir = lost_run
+    ledger = read_jsonl(run_dir / "ledger.jsonl")
+    assert [e["step"] for e in ledger] == list(range(STEPS))
+    ids = [pid for e in ledger for pid in e["prompt_ids"]]
+    assert all(len(e["prompt_ids"]) == B for e in ledger)
+    assert len(ids) == len(set(ids)) == STEPS * B
+
+
+def test_the_weight_groups_are_rebuilt_without_the_lost_generator(lost_run):
+    _, run_dir = lost_run
+    loaded = read_jsonl(run_dir / "weights.jsonl")
+    by_version: dict[int, set[int]] = {}
+    for w in loaded:
+        by_version.setdefault(w["version"], set()).add(w["generator_rank"])
+    assert by_version[1] == {2, 3}
+    # The broken update of version 2 was left to the next step's, in a group of the survivor
+    # alone, whose checksums matched every version after.
+    assert set(by_version) >= set(range(3, STEPS + 1))
+    assert all(by_version[v] == {2} for v in by_version if v > 1)
+
+
+def test_a_generator_that_fails_is_dropped_and_the_run_goes_on(tmp_path, tiny_model_dir):
+    """An exception on generator 1 mid-run: it reports before its clean-up, rank 0 names it, cuts
+    its lifeline, and trains every step with generator 0."""
+    job = run_with("generator:1:request@8", tmp_path, tiny_model_dir)
+    assert "rank 3 (generator 1) failed: InjectedFault" in job.output, job.output[-5000:]
+    assert "going on without it" in job.output, job.output[-5000:]
+    # Its process is ended by rank 0's cut, not left to its own clean-up, which can hang while
+    # its weight-group sockets hold a transfer.
+    assert "rank 3: rank 0 dropped this rank from the run" in job.output, job.output[-5000:]
+    assert not [line for line in job.output.splitlines() if line.startswith("error: ")]
+    steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "trained_tokens" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
+    assert steps[-1]["generators_alive"] == 1
+
+
+def test_a_generator_hung_in_an_update_is_cut_loose_and_the_run_goes_on(tmp_path, tiny_model_dir):
+    """Generator 1 stops (without dying) as the update to version 2 reaches it: past its deadline
+    rank 0 drops it, its process leaves on rank 0's word, and generator 0, which took the update
+    up and waited on it, is kept and loads the update again without it."""
+    job = run_with("generator:1:update@2:stall", tmp_path, tiny_model_dir, "watchdog.weight_update_s=20")
+    out = job.output
+    assert "hung: rank 3 (generator 1): loading the weights of version 2 has taken" in out, out[-5000:]
+    assert "going on without it" in out and "1 of 2 generators left" in out, out[-5000:]
+    assert "rank 3: rank 0 dropped this rank from the run (it hung" in out
+    assert "rank 2 (generator 0)" not in out.split("hung: rank 3")[1].split("\n")[0]
+    steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "trained_tokens" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), out[-5000:]
+    assert steps[-1]["generators_alive"] == 1
+    ids = [pid for e in read_jsonl(tmp_path / "ledger.jsonl") for pid in e["prompt_ids"]]
+    assert len(ids) == len(set(ids)) == STEPS * B
