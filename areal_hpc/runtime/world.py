@@ -4,8 +4,9 @@ Order matters for clear failures: rank 0 loads the config, checks the MPI world 
 finds the model directory and loads the data before any process group exists; the other ranks
 wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutdown. With the
 plan every worker connects its lifeline to rank 0, so a rank that dies without a word is named
-(under srun, which gives the others SIGTERM before SIGKILL; mpiexec kills them at once and names
-the process itself).
+(plain mpiexec kills the others at once and names the process itself). Before that, a rank that
+never reaches MPI_Init or never sends the plan is caught by the start timeout (start_timeout.py).
+After a rank died, every rank exits without MPI_Finalize, which would wait for it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from areal_hpc.errors import UserError
 from areal_hpc.metrics.library_logs import quiet_libraries
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
 from areal_hpc.runtime.stacks import dump_stacks_on_signal
+from areal_hpc.runtime.start_timeout import START_TIMEOUT_ENV, start_deadline, start_timeout_s
 from areal_hpc.wire.layout import Role, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.lifeline import hold as hold_lifeline
@@ -42,12 +44,15 @@ def _logging(level: str, rank: int, role: str) -> None:
 
 def _worker_signals() -> None:
     """SLURM may signal every rank before the time limit; only rank 0 acts on it (checkpoint, then
-    Shutdown). A Python handler rather than SIG_IGN, so child processes keep the default action."""
+    Shutdown). SIGTERM gets a Python handler rather than SIG_IGN, so child processes keep its
+    default action. SIGUSR1 is ignored, by the rank's children too (the disposition is inherited):
+    mpiexec -disable-auto-cleanup sends it to every rank's process group when a rank dies, and its
+    default action would end the vLLM engine, the reward workers and Python's resource tracker."""
 
     def note(signum: int, _frame) -> None:
         logging.getLogger(__name__).info("signal %d: rank 0 decides when to stop", signum)
 
-    signal.signal(signal.SIGUSR1, note)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, note)
 
 
@@ -87,9 +92,14 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         raise
 
 
-def _worker(chan: Channel) -> int:
+def _worker(chan: Channel, start_timeout: float) -> int:
     _worker_signals()
-    _, msg = chan.recv(0)
+    try:
+        _, msg = chan.recv(0, timeout=start_timeout)
+    except TimeoutError:
+        print(f"error: rank {chan.rank}: no launch plan from rank 0 within {start_timeout:g} s"
+              f" ({START_TIMEOUT_ENV}): rank 0 failed to start or died; ending this rank", file=sys.stderr, flush=True)
+        _exit_without_finalize(1)  # MPI_Finalize would wait for rank 0
     if isinstance(msg, Shutdown):
         return USER_ERROR_EXIT
     if not isinstance(msg, LaunchPlan):
@@ -116,10 +126,27 @@ def _worker(chan: Channel) -> int:
 
 def run(config: str, overrides: list[str]) -> int:
     """The whole life of this MPI rank; returns its exit code."""
-    from mpi4py import MPI
+    try:
+        start_timeout = start_timeout_s()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    with start_deadline(start_timeout):  # a rank that never reaches MPI_Init leaves the others in it
+        from mpi4py import MPI
 
     dump_stacks_on_signal()
     chan = Channel(MPI.COMM_WORLD)
-    if chan.rank == 0:
-        return _controller(chan, config, overrides)
-    return _worker(chan)
+    code = _controller(chan, config, overrides) if chan.rank == 0 else _worker(chan, start_timeout)
+    if not chan.finalize:
+        _exit_without_finalize(code)
+    return code
+
+
+def _exit_without_finalize(code: int) -> None:
+    """End this process now, without MPI_Finalize: with a rank of the world dead it waits for that
+    rank forever (MPICH 5). Launch mpiexec with -disable-auto-cleanup so that the others outlive
+    a lost rank at all."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -30,6 +30,8 @@ from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.config.validate import check_world
 from areal_hpc.errors import UserError
+from areal_hpc.runtime.stacks import dump_stacks_on_signal
+from areal_hpc.runtime.start_timeout import start_deadline, start_timeout_s
 from areal_hpc.slurm.hetjob import placements
 
 STEP_SECONDS_ENV = "AREAL_PROBE_STEP_S"
@@ -111,15 +113,19 @@ class StopRequest:
 
 
 def run(cfg: ExperimentConfig) -> int:
-    from mpi4py import MPI  # here, not at import time: see ../shared/notes/mpi.md
+    dump_stacks_on_signal()
+    # As the launcher: a rank that never starts must not keep the others in MPI_Init or the first
+    # collective until the time limit (srun runs with --kill-on-bad-exit=0).
+    with start_deadline(start_timeout_s()):
+        from mpi4py import MPI  # here, not at import time: see ../shared/notes/mpi.md
 
-    comm = MPI.COMM_WORLD
-    run_dir = Path(cfg.logging.dir)
-    if comm.rank == 0:
-        request = StopRequest()
-        run_dir.mkdir(parents=True, exist_ok=True)
-    # A collective over the whole world: rank 0 hears from every rank of both components.
-    observed = comm.gather(observe(comm.rank), root=0)
+        comm = MPI.COMM_WORLD
+        run_dir = Path(cfg.logging.dir)
+        if comm.rank == 0:
+            request = StopRequest()
+            run_dir.mkdir(parents=True, exist_ok=True)
+        # A collective over the whole world: rank 0 hears from every rank of both components.
+        observed = comm.gather(observe(comm.rank), root=0)
     record: dict = {}
     if comm.rank == 0:
         found = problems(cfg, observed, batch_host(os.environ["SLURM_JOB_ID"]))

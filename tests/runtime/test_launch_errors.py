@@ -57,3 +57,17 @@ def test_a_bug_in_the_launch_checks_ends_every_rank():
     assert job.returncode not in (0, 2), job.output
     assert "rank 0 (controller) failed before the launch: InjectedFault" in job.output, job.output
     assert job.seconds < 60
+
+
+def test_workers_give_up_on_a_rank_0_that_never_sends_the_plan():
+    """Rank 0 hung before the launch (stalled in its checks): the workers, which have no lifeline
+    yet, end themselves after the start timeout with what they waited for, and the job ends."""
+    job = run_job(3, [], timeout=120, AREAL_HPC_FAULT="controller:0:preflight:stall", AREAL_START_TIMEOUT_S="4")
+    assert job.returncode not in (0, 2), job.output
+    assert "no launch plan from rank 0 within 4 s (AREAL_START_TIMEOUT_S)" in job.output, job.output
+    assert job.seconds < 60
+
+
+def test_a_bad_start_timeout_is_refused_by_name():
+    job = run_job(3, [], timeout=120, AREAL_START_TIMEOUT_S="soon")
+    check_refused(job, "AREAL_START_TIMEOUT_S='soon'")

@@ -34,6 +34,18 @@ def slurm_cluster() -> Iterator[Cluster]:
             subprocess.run([str(LOCAL / "stop.sh")], capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A job left running by a test (one that failed before its job ended) would hold the nodes
+    that every later test's job waits for: stop it, with its stacks in its output."""
+    yield
+    if "slurm_cluster" not in request.fixturenames:
+        return
+    cluster = request.getfixturevalue("slurm_cluster")
+    for job in cluster.unfinished_jobs():
+        print(f"{request.node.nodeid} left job {job} unfinished: {cluster.stop(job)}")
+
+
 @pytest.fixture(scope="session")
 def shellcheck() -> str:
     """The shellcheck command; installed from Debian's package where missing and possible."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -57,14 +58,44 @@ class Cluster:
         return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in text.splitlines() if line.strip()]
 
     def wait(self, job: str, timeout: float = 180) -> list[dict[str, str]]:
-        """Poll until every component is finished (a requeued job goes back to pending)."""
+        """Poll until every component is finished (a requeued job goes back to pending). A job
+        still running at the timeout is stopped (see `stop`), so that it cannot hold the nodes
+        that the next tests' jobs wait for, and the error shows where its processes waited."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             comps = self.components(job)
             if all(c["JobState"] in TERMINAL for c in comps):
                 return comps
             time.sleep(0.5)
-        raise AssertionError(f"job {job} not finished after {timeout} s: {self.components(job)}")
+        comps = self.components(job)
+        raise AssertionError(f"job {job} not finished after {timeout} s: {[c['JobState'] for c in comps]}\n"
+                             f"{self.stop(job)}")
+
+    def unfinished_jobs(self) -> list[str]:
+        """Ids of the jobs still pending or running (a heterogeneous job once, by its first id)."""
+        out = self.run("squeue", "-h", "-o", "%F").stdout.split()
+        return sorted(set(out), key=int)
+
+    def stop(self, job: str) -> str:
+        """End a job that outlived its test: its Python processes first print every thread's stack
+        into the job's output (SIGUSR2, which the launcher and the probe register), then scancel.
+        Returns the job's output for the failure message."""
+        comps = self.components(job)
+        ids = {c["JobId"] for c in comps}
+        pids = job_processes(ids)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGUSR2)
+            except ProcessLookupError:
+                continue
+        if pids:
+            time.sleep(2)
+        subprocess.run(["scancel", job], env=self.env, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(c["JobState"] in TERMINAL for c in self.components(job)):
+            time.sleep(0.5)
+        output = Path(comps[0].get("StdOut", ""))
+        return f"stopped job {job} (scancel) after its processes printed their stacks:\n{self.explain(output)}"
 
     def explain(self, output: Path) -> str:
         """A job's output and the end of slurmctld's log, for failure messages."""
@@ -72,6 +103,25 @@ class Cluster:
         log = Path(self.env["SLURM_CONF"]).parent / "log" / "slurmctld.log"
         tail = "\n".join(log.read_text().splitlines()[-30:]) if log.is_file() else ""
         return f"job output:\n{text}\nslurmctld log:\n{tail}"
+
+
+def job_processes(job_ids: set[str]) -> list[int]:
+    """The Python processes of a job's steps on this machine (every simulated node is this
+    machine), found by SLURM_JOB_ID in their environment; never the batch shell, which SIGUSR2
+    would end."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        ids = {e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURM_JOB_ID=")}
+        if ids & job_ids and b"python" in cmdline.split(b"\0")[0] and b"SLURM_STEP_ID=" in b"\0".join(env):
+            found.append(int(proc.name))
+    return found
 
 
 def write_script(tmp_path: Path, config: str, overrides: list[str], named: str | None = None) -> Path:

@@ -83,3 +83,18 @@ def test_world_that_does_not_match_the_config_fails(slurm_cluster: Cluster, tmp_
     (run,) = probe_runs(run_dir)
     assert run["problems"] and run["restart"] == 0
     assert "requeueing" not in output.read_text()
+
+
+def test_a_job_that_outlives_its_wait_is_stopped_with_its_stacks(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """The harness itself: a hung job must not hold the nodes that later tests' jobs wait for,
+    and the failure must show where its ranks waited."""
+    run_dir = tmp_path / "run"
+    script = write_script(tmp_path, TINY, [f"logging.dir={run_dir}", "total_steps=1"])
+    job = slurm_cluster.sbatch(script, output=tmp_path / "job.out",
+                               env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "600"})
+    with pytest.raises(AssertionError) as failed:
+        slurm_cluster.wait(job, timeout=15)
+    assert "stopped job" in str(failed.value) and "thread 0x" in str(failed.value), str(failed.value)
+    assert "in run" in str(failed.value)  # the probe's step loop, where its ranks slept
+    assert {c["JobState"] for c in slurm_cluster.components(job)} <= {"CANCELLED", "FAILED"}
+    assert job not in slurm_cluster.unfinished_jobs()
