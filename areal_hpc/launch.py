@@ -42,7 +42,7 @@ if __name__ == "__mp_main__":  # this module, re-imported in a child a rank spaw
     import os
 
     from areal_hpc.runtime.parent_death import die_with_parent
-    from areal_hpc.runtime.stacks import dump_stacks_on_signal
+    from areal_hpc.wire.stacks import dump_stacks_on_signal
 
     die_with_parent()
     dump_stacks_on_signal()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from job_processes import MARKER, job_pids
 
-from areal_hpc.runtime.stacks import STACKS_SIGNAL
+from areal_hpc.wire.stacks import STACKS_SIGNAL
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 CONFIG = "configs/experiments/tiny-cpu.yaml"

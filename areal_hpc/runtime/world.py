@@ -5,7 +5,7 @@ finds the model directory and loads the data before any process group exists; th
 wait (sleeping, not spinning) for its LaunchPlan, or exit with code 2 on a Shutdown. With the
 plan every worker connects its lifeline to rank 0, so a rank that dies without a word is named
 (plain mpiexec kills the others at once and names the process itself). Before that, a rank that
-never reaches MPI_Init or never sends the plan is caught by the start timeout (start_timeout.py).
+never reaches MPI_Init or never sends the plan is caught by the start timeout (wire/start_timeout.py).
 After a rank died, every rank exits without MPI_Finalize, which would wait for it.
 """
 
@@ -22,13 +22,13 @@ import traceback
 from areal_hpc.errors import UserError
 from areal_hpc.metrics.library_logs import quiet_libraries
 from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
-from areal_hpc.runtime.stacks import dump_stacks_on_signal
-from areal_hpc.runtime.start_timeout import START_TIMEOUT_ENV, start_deadline, start_timeout_s
 from areal_hpc.wire.layout import Role, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.lifeline import hold as hold_lifeline
 from areal_hpc.wire.messages import LaunchPlan, Shutdown
 from areal_hpc.wire.network import node_address, socket_env
+from areal_hpc.wire.stacks import dump_stacks_on_signal
+from areal_hpc.wire.start_timeout import START_TIMEOUT_ENV, start_deadline, start_timeout_s
 from areal_hpc.wire.transport import Channel
 
 USER_ERROR_EXIT = 2

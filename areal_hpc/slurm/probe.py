@@ -30,9 +30,9 @@ from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.config.validate import check_world
 from areal_hpc.errors import UserError
-from areal_hpc.runtime.stacks import dump_stacks_on_signal
-from areal_hpc.runtime.start_timeout import start_deadline, start_timeout_s
 from areal_hpc.slurm.hetjob import placements
+from areal_hpc.wire.stacks import dump_stacks_on_signal
+from areal_hpc.wire.start_timeout import start_deadline, start_timeout_s
 
 STEP_SECONDS_ENV = "AREAL_PROBE_STEP_S"
 # Step at which the first run (restart 0) crashes, as a rank that dies mid-run: MPI_Abort.

@@ -98,7 +98,7 @@ def test_a_generator_hung_in_an_update_is_cut_loose_and_the_run_goes_on(tmp_path
     """Generator 1 stops (without dying) as the update to version 2 reaches it: past its deadline
     rank 0 drops it, its process leaves on rank 0's word, and generator 0, which took the update
     up and waited on it, is kept and loads the update again without it."""
-    job = run_with("generator:1:update@2:stall", tmp_path, tiny_model_dir, "watchdog.weight_update_s=20")
+    job = run_with("generator:1:update@2:stall", tmp_path, tiny_model_dir, "watchdog.weight_update_s=10")
     out = job.output
     assert "hung: rank 3 (generator 1): loading the weights of version 2 has taken" in out, out[-5000:]
     assert "going on without it" in out and "1 of 2 generators left" in out, out[-5000:]

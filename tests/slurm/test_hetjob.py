@@ -93,7 +93,7 @@ def test_a_job_that_outlives_its_wait_is_stopped_with_its_stacks(slurm_cluster: 
     job = slurm_cluster.sbatch(script, output=tmp_path / "job.out",
                                env={"AREAL_PROGRAM": PROGRAM, "AREAL_PROBE_STEP_S": "600"})
     with pytest.raises(AssertionError) as failed:
-        slurm_cluster.wait(job, timeout=15)
+        slurm_cluster.wait(job, timeout=8)
     assert "stopped job" in str(failed.value) and "thread 0x" in str(failed.value), str(failed.value)
     assert "in run" in str(failed.value)  # the probe's step loop, where its ranks slept
     assert {c["JobState"] for c in slurm_cluster.components(job)} <= {"CANCELLED", "FAILED"}

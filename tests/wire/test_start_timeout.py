@@ -10,17 +10,17 @@ import time
 import pytest
 
 from areal_hpc.errors import UserError
-from areal_hpc.runtime.start_timeout import DEFAULT_START_TIMEOUT_S, START_TIMEOUT_ENV, start_timeout_s
+from areal_hpc.wire.start_timeout import DEFAULT_START_TIMEOUT_S, START_TIMEOUT_ENV, start_timeout_s
 
 STUCK = """
 import re
-from areal_hpc.runtime.start_timeout import start_deadline
+from areal_hpc.wire.start_timeout import start_deadline
 with start_deadline(1.0):
     re.match(r"(a+)+$", "a" * 40 + "b")  # minutes in C, under the interpreter lock
 """
 
 DONE = """
-from areal_hpc.runtime.start_timeout import start_deadline
+from areal_hpc.wire.start_timeout import start_deadline
 import time
 with start_deadline(0.5):
     pass
