@@ -11,7 +11,8 @@ from pathlib import Path
 MARKER = "AREAL_TEST_JOB"
 
 
-def _environ(proc: Path) -> list[bytes] | None:
+def environ(proc: Path) -> list[bytes] | None:
+    """The environment of a /proc/PID entry as NAME=VALUE items; None when it is gone or not ours."""
     try:
         return (proc / "environ").read_bytes().split(b"\0")
     except OSError:  # gone, or not ours to read
@@ -21,7 +22,7 @@ def _environ(proc: Path) -> list[bytes] | None:
 def job_pids(marker: str) -> list[int]:
     """Every live process of the job: ranks and their children."""
     return [int(p.name) for p in Path("/proc").iterdir()
-            if p.name.isdigit() and f"{MARKER}={marker}".encode() in (_environ(p) or [])]
+            if p.name.isdigit() and f"{MARKER}={marker}".encode() in (environ(p) or [])]
 
 
 def job_groups(marker: str) -> set[int]:
@@ -30,7 +31,7 @@ def job_groups(marker: str) -> set[int]:
     groups = set()
     for pid in job_pids(marker):
         try:
-            if b"PMI_RANK=" in b"\0".join(_environ(Path(f"/proc/{pid}")) or []):
+            if b"PMI_RANK=" in b"\0".join(environ(Path(f"/proc/{pid}")) or []):
                 groups.add(os.getpgid(pid))
         except ProcessLookupError:
             continue
@@ -63,7 +64,7 @@ def leftovers(marker: str, groups: set[int]) -> list[int]:
 def rank_pid(rank: int, marker: str) -> int:
     """The launcher process of MPI rank `rank` (MPICH's mpiexec and SLURM's pmi2 set PMI_RANK)."""
     for pid in job_pids(marker):
-        env = _environ(Path(f"/proc/{pid}")) or []
+        env = environ(Path(f"/proc/{pid}")) or []
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

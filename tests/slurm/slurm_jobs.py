@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from job_processes import describe, environ
+
 from areal_hpc.config.load import load_config
 from areal_hpc.slurm.render import render
 
@@ -111,15 +113,11 @@ def job_processes(job_ids: set[str]) -> list[int]:
     would end."""
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        env = environ(proc) if proc.name.isdigit() else None
+        if not env or not any(f"SLURM_JOB_ID={j}".encode() in env for j in job_ids):
             continue
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        ids = {e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURM_JOB_ID=")}
-        if ids & job_ids and b"python" in cmdline.split(b"\0")[0] and b"SLURM_STEP_ID=" in b"\0".join(env):
+        program = describe([int(proc.name)])[int(proc.name)].split(" ")[0]
+        if any(e.startswith(b"SLURM_STEP_ID=") for e in env) and "python" in program:
             found.append(int(proc.name))
     return found
 
