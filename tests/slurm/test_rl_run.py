@@ -2,9 +2,10 @@
 local SLURM with the script's own program (the launcher): controller and Megatron trainer in
 component 0 (partition train), the vLLM generator in component 1 (partition rollout), one MPI
 world. Mid-run the time-limit signal stops it; the job is requeued, resumes from the checkpoint
-and completes, and the metrics show every step once. In another run the generator rank is killed
-with SIGKILL: rank 0 names it, checkpoints and stops for a requeue, and nothing of the job is left
-running."""
+and completes, and the metrics show every step once. In another run, with two generators, one is
+killed with SIGKILL and the run goes on with the other; when that one is killed too, rank 0
+checkpoints and stops for a requeue, nothing of the job is left running, and the requeued job
+completes."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def trained_steps(run_dir: Path) -> list[dict]:
     return [r for r in read_records(run_dir / METRICS_FILE) if "trained_tokens" in r]
 
 
-def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path]:
+def submit_run(cluster: Cluster, tmp: Path, *settings: str, **env: str) -> tuple[str, Path, Path]:
     """The tiny run through the rendered script with the script's default program (the launcher)."""
     model = warm_model_dir()
     run_dir = tmp / "run"
@@ -40,7 +41,7 @@ def submit_run(cluster: Cluster, tmp: Path, **env: str) -> tuple[str, Path, Path
         f"logging.dir={run_dir}", f"model.path={model}", f"total_steps={STEPS}", f"rollout.eta={ETA}",
         "rollout.staleness_gate=strict", "rollout.batch_prompts=4", "rollout.group_size=4", "rollout.max_concurrent=8",
         "rollout.max_new_tokens=128", "data.synthetic_eval_size=16", "checkpoint.interval_steps=2",
-        "logging.tensorboard=false",
+        "logging.tensorboard=false", *settings,
     ]
     output = tmp / "job.out"
     job = cluster.sbatch(write_script(tmp, TINY, overrides), output=output,
@@ -92,16 +93,25 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
     assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
 
 
-def test_a_killed_generator_is_named_and_the_run_requeued(slurm_cluster: Cluster, tmp_path: Path) -> None:
-    """kill -9 of the only generator rank: srun leaves the others running (--kill-on-bad-exit=0),
-    the controller names the dead rank from its lifeline and, with fewer than
-    rollout.min_generators left, checkpoints at the step boundary and exits 3; nothing of that run
-    is left running; the batch script requeues it, and it resumes from the version it stopped at
-    (no step lost) and completes."""
+def test_a_lost_generator_is_survived_and_losing_the_last_requeues(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """Two generators, each on a node of its own. kill -9 of generator 1: srun leaves the others
+    running (--kill-on-bad-exit=0), rank 0 names it from its lifeline and the run goes on with
+    generator 0 alone. kill -9 of generator 0 then leaves fewer than rollout.min_generators:
+    rank 0 checkpoints at the step boundary and exits 3, nothing of that run is left running,
+    the batch script requeues it, and the requeued run, with both generators again, resumes from
+    the version it stopped at and completes, every prompt trained once."""
     marker = uuid.uuid4().hex
-    job, run_dir, output = submit_run(slurm_cluster, tmp_path, **{MARKER: marker})
+    job, run_dir, output = submit_run(slurm_cluster, tmp_path, "generator.count=2", "cluster.rollout_nodes=2",
+                                      **{MARKER: marker})
     wait_for_steps(slurm_cluster, job, run_dir, output, 1)
     groups = job_groups(marker)
+    os.kill(rank_pid(3, marker), signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while not [r for r in trained_steps(run_dir) if r["generators_alive"] == 1] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    log = output.read_text()
+    assert "rank 3 (generator 1) died without reporting an error" in log, slurm_cluster.explain(output)
+    assert "1 of 2 generators left" in log and "requeueing job" not in log, slurm_cluster.explain(output)
     os.kill(rank_pid(2, marker), signal.SIGKILL)
     deadline = time.monotonic() + 120
     while "requeueing job" not in output.read_text() and time.monotonic() < deadline:
@@ -116,10 +126,15 @@ def test_a_killed_generator_is_named_and_the_run_requeued(slurm_cluster: Cluster
     comps = slurm_cluster.wait(job, timeout=600)
     assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
     assert comps[0]["Restarts"] == "1"
-    assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)",
-                     output.read_text())
-    assert [r["step"] for r in trained_steps(run_dir)] == list(range(1, STEPS + 1))
     log = output.read_text()
+    assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)", log)
+    steps = trained_steps(run_dir)
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
     stopped = re.search(r"stopped at version (\d+) with 0 generator\(s\) left", log)
-    if stopped:  # the loss fell past version 0, so a checkpoint was made: the resume starts there
-        assert f"resumed from version {stopped[1]} " in log, slurm_cluster.explain(output)
+    assert stopped, slurm_cluster.explain(output)
+    assert f"resumed from version {stopped[1]} " in log, slurm_cluster.explain(output)
+    # 2 generators, 1 after the first loss, 2 again in the requeued run.
+    alive = [r["generators_alive"] for r in steps]
+    assert alive[0] == 2 and 1 in alive and alive[-1] == 2, alive
+    ids = [pid for e in read_records(run_dir / "ledger.jsonl") for pid in e["prompt_ids"]]
+    assert len(ids) == len(set(ids)), "a prompt was trained twice"
