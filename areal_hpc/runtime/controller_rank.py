@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import signal
 import time
@@ -137,6 +138,7 @@ class Controller:
         self.lost_at: dict[int, float] = {}  # lost generator rank -> when its loss was seen
         self.leaving: dict[int, float] = {}  # hung generator rank, its lifeline cut -> when
         self.update_begun: set[int] = set()  # generators that took up the update they are in
+        self.update_of: dict[int, int] = {}  # generator rank -> version of the last update sent to it
         self.ready = False  # every worker reported ready; from then on a lost generator is survived
         # Broken weight updates not yet explained by a lost generator: (deadline, round start, what).
         self.unexplained: list[tuple[float, float, str]] = []
@@ -284,10 +286,13 @@ class Controller:
         process (wire/lifeline.py). In an update, the members that took it up (UpdateBegun) wait
         on the one that did not: only it is dropped, and their clocks start again, for the broken
         transfer to be reported and done again. Any other rank hung, an update that every member
-        took up (a transport hang), or too few generators left, ends the job."""
+        took up (a transport hang), or too few generators left, ends the job. A member still in a
+        transfer that a lost generator broke is stranded, not waiting: its broadcast relays
+        through peers that gave up, so it is dropped as a hung one is."""
         names = {self._name(g): g for g in self.sched.alive}
         overdue = {names[o.who]: o for o in late if o.who in names}
-        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in self.update_begun}
+        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in self.update_begun
+                   and not self._lost_since(self.sync_started.get(self.update_of.get(g), math.inf))}
         hung = {g: o for g, o in overdue.items() if g not in waiting}
         left = len(self.sched.alive) - len(hung)
         if len(overdue) < len(late) or not hung or left < self.cfg.rollout.min_generators:
@@ -318,6 +323,7 @@ class Controller:
         next weight update rebuilds the weight groups without it."""
         log.warning("%s; going on without it", why)
         self.lost_at[rank] = time.monotonic()
+        self.update_of.pop(rank, None)
         self.chan.forget(rank)
         name = self._name(rank)
         for kind in (GENERATION, WEIGHT_UPDATE):
@@ -337,13 +343,14 @@ class Controller:
 
     def _check_unexplained(self) -> None:
         """A broken update that no lost generator explains in time is a real transport failure."""
-        def explained(since: float) -> bool:
-            return any(at >= since for at in self.lost_at.values())
-
-        self.unexplained = [u for u in self.unexplained if not explained(u[1])]
+        self.unexplained = [u for u in self.unexplained if not self._lost_since(u[1])]
         late = [what for deadline, _, what in self.unexplained if self.now > deadline]
         if late:
             abort_job(self.chan.comm, f"weight update failed with every generator alive: {late[0]}")
+
+    def _lost_since(self, since: float) -> bool:
+        """Whether a generator was lost at or after `since` (a monotonic time)."""
+        return any(at >= since for at in self.lost_at.values())
 
     def _relay(self, address: WeightGroupAddress) -> None:
         """A stage leader's new weight group, to the generators that are to join it."""
@@ -449,6 +456,7 @@ class Controller:
                 self._update_weights(c.version, c.generators)
                 for g in c.generators:  # paused for the update: watched as an update, not a generation
                     self.update_begun.discard(g)
+                    self.update_of[g] = c.version
                     self.watchdog.cancel(GENERATION, self._name(g))
                     self.watchdog.start(WEIGHT_UPDATE, self._name(g), f"version {c.version}", self.now)
             elif isinstance(c, StepFinished):

@@ -5,6 +5,8 @@ that rank raise InjectedFault the first time it reaches the event; with a ":stal
 (e.g. "generator:1:join:stall") the rank stops there forever instead, as a hung process would;
 with ":kill" it dies there by SIGKILL, as the out-of-memory killer would kill it. `<event>@<n>`
 (e.g. "generator:1:update@6:kill") waits for the event's n-th time, so a rank can fail mid-run.
+Several faults are separated by commas ("generator:1:request@3,generator:2:update@2:stall"), so
+one run can lose several ranks, each its own way.
 Events that are not a point of failure ("generator:0:checksum": report a wrong checksum of one
 received tensor) are asked with `requested`. Unset, nothing happens. It exercises the real failure paths (WorkerFailed, the startup timeout,
 rank 0's report, MPI abort) of a real job.
@@ -49,6 +51,11 @@ def parse(spec: str) -> Fault:
     return Fault(f"{parts[0]}:{parts[1]}:{event}", int(nth) if at else None, mode)
 
 
+def parse_all(spec: str) -> list[Fault]:
+    """Every fault of a comma-separated AREAL_HPC_FAULT."""
+    return [parse(one) for one in spec.split(",")]
+
+
 def _due(role: str, index: int, event: str, mode: str | None) -> Fault | None:
     """The requested fault if this reach of the event is the one it names (counting the reach)."""
     spec = os.environ.get(ENV)
@@ -56,10 +63,10 @@ def _due(role: str, index: int, event: str, mode: str | None) -> Fault | None:
         return None
     point = f"{role}:{index}:{event}"
     _reached[point] += 1
-    f = parse(spec)
-    if f.point != point or (mode is not None and f.mode != mode):
-        return None
-    return f if f.nth is None or f.nth == _reached[point] else None
+    for f in parse_all(spec):
+        if f.point == point and (mode is None or f.mode == mode) and f.nth in (None, _reached[point]):
+            return f
+    return None
 
 
 def requested(role: str, index: int, event: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from areal_hpc.reward.code_tests import parse_tests
@@ -52,6 +54,17 @@ def test_a_fault_at_the_nth_time_of_its_event_waits_for_it(monkeypatch):
     assert fault.parse("trainer:0:step") == fault.Fault("trainer:0:step", None, "raise")
 
 
+def test_several_faults_each_fire_on_their_own_rank(monkeypatch):
+    monkeypatch.setenv(fault.ENV, "generator:1:request@2,generator:2:request:kill")
+    assert fault.parse_all(os.environ[fault.ENV])[1] == fault.Fault("generator:2:request", None, "kill")
+    fault.check("generator", 1, "request")
+    with pytest.raises(fault.InjectedFault):
+        fault.check("generator", 1, "request")
+    monkeypatch.setenv(fault.ENV, "generator:1:request,trainer:0")
+    with pytest.raises(ValueError, match="'trainer:0'"):
+        fault.check("generator", 1, "request")
+
+
 @pytest.mark.parametrize("spec", ["trainer:0", "trainer:x:step", "trainer:0:step:explode", "trainer:0:step@0",
                                   "trainer:0:step@x:kill"])
 def test_a_malformed_fault_is_named_not_ignored(spec):
@@ -60,7 +73,6 @@ def test_a_malformed_fault_is_named_not_ignored(spec):
 
 
 def test_a_kill_fault_dies_by_sigkill_as_the_oom_killer_kills():
-    import os
     import signal
     import subprocess
     import sys
@@ -72,8 +84,6 @@ def test_a_kill_fault_dies_by_sigkill_as_the_oom_killer_kills():
 
 
 def test_cpu_engines_take_cores_in_turn_unless_the_user_binds(monkeypatch):
-    import os
-
     from areal_hpc.rollout.generator import CPU_BIND_ENV, cpu_core_for
 
     monkeypatch.delenv(CPU_BIND_ENV, raising=False)
