@@ -93,3 +93,6 @@ def abort_job(comm, message: str, code: int = 1) -> None:
         time.sleep(0.01)
     time.sleep(ABORT_OUTPUT_S)
     comm.Abort(code)
+    # Under SLURM's PMI2, MPI_Abort can return while srun tears the step down; nothing after an
+    # abort may run (the caller's next line assumes the job is over).
+    os._exit(code)

@@ -5,7 +5,7 @@ world. Mid-run the time-limit signal stops it; the job is requeued, resumes from
 and completes, and the metrics show every step once. In another run, with two generators, one is
 killed with SIGKILL and the run goes on with the other; when that one is killed too, rank 0
 checkpoints and stops for a requeue, nothing of the job is left running, and the requeued job
-completes."""
+resumes; its trainer killed, it is requeued again and completes."""
 
 from __future__ import annotations
 
@@ -93,16 +93,18 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
     assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
 
 
-def test_a_lost_generator_is_survived_and_losing_the_last_requeues(slurm_cluster: Cluster, tmp_path: Path) -> None:
+def test_generators_lost_are_survived_then_requeued_and_a_killed_trainer_requeues(
+        slurm_cluster: Cluster, tmp_path: Path) -> None:
     """Two generators, each on a node of its own. kill -9 of generator 1: srun leaves the others
     running (--kill-on-bad-exit=0), rank 0 names it from its lifeline and the run goes on with
     generator 0 alone. kill -9 of generator 0 then leaves fewer than rollout.min_generators:
-    rank 0 checkpoints at the step boundary and exits 3, nothing of that run is left running,
-    the batch script requeues it, and the requeued run, with both generators again, resumes from
-    the version it stopped at and completes, every prompt trained once."""
-    marker = uuid.uuid4().hex
+    rank 0 checkpoints at the step boundary and exits 3, nothing of that run is left running, and
+    the batch script requeues it; the requeued run resumes from that version with both generators.
+    kill -9 of the trainer there: rank 0 names it and ends the run, which is requeued again and
+    completes from its last checkpoint, every step and every prompt trained once."""
+    marker, steps_total = uuid.uuid4().hex, 10
     job, run_dir, output = submit_run(slurm_cluster, tmp_path, "generator.count=2", "cluster.rollout_nodes=2",
-                                      **{MARKER: marker})
+                                      f"total_steps={steps_total}", **{MARKER: marker})
     wait_for_steps(slurm_cluster, job, run_dir, output, 1)
     groups = job_groups(marker)
     os.kill(rank_pid(3, marker), signal.SIGKILL)
@@ -123,17 +125,26 @@ def test_a_lost_generator_is_survived_and_losing_the_last_requeues(slurm_cluster
         time.sleep(0.5)
     left = leftovers(marker, groups)
     assert not left, f"processes of the failed run were left running: {describe(left)}"
+    stopped = re.search(r"stopped at version (\d+) with 0 generator\(s\) left", output.read_text())
+    assert stopped, slurm_cluster.explain(output)
+    # The requeued run trains a step past the version it resumed from; then its trainer dies.
+    deadline = time.monotonic() + 300
+    while (f"resumed from version {stopped[1]} " not in output.read_text()
+           or max((r["step"] for r in trained_steps(run_dir)), default=0) <= int(stopped[1])):
+        assert time.monotonic() < deadline, slurm_cluster.explain(output)
+        time.sleep(0.5)
+    os.kill(rank_pid(1, marker), signal.SIGKILL)
     comps = slurm_cluster.wait(job, timeout=600)
     assert [c["JobState"] for c in comps] == ["COMPLETED", "COMPLETED"], slurm_cluster.explain(output)
-    assert comps[0]["Restarts"] == "1"
+    assert comps[0]["Restarts"] == "2", slurm_cluster.explain(output)
     log = output.read_text()
-    assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart 1 of 3\)", log)
+    assert "rank 1 (trainer 0) died without reporting an error" in log, slurm_cluster.explain(output)
+    assert "rank 0 (controller) failed" not in log, slurm_cluster.explain(output)  # its abort ends it
+    for restart in (1, 2):
+        assert re.search(rf"the run failed \(exit \d+\): requeueing job {job} \(crash restart {restart} of 3\)", log)
     steps = trained_steps(run_dir)
-    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
-    stopped = re.search(r"stopped at version (\d+) with 0 generator\(s\) left", log)
-    assert stopped, slurm_cluster.explain(output)
-    assert f"resumed from version {stopped[1]} " in log, slurm_cluster.explain(output)
-    # 2 generators, 1 after the first loss, 2 again in the requeued run.
+    assert [r["step"] for r in steps] == list(range(1, steps_total + 1))
+    # 2 generators, 1 after the first loss, 2 again in the requeued runs.
     alive = [r["generators_alive"] for r in steps]
     assert alive[0] == 2 and 1 in alive and alive[-1] == 2, alive
     ids = [pid for e in read_records(run_dir / "ledger.jsonl") for pid in e["prompt_ids"]]
