@@ -62,7 +62,10 @@ def test_greedy_run_answers_every_prompt_n_times_alike(first_run, arithmetic_pro
     assert all(0 < r["response_tokens"] <= 12 for r in responses)
 
 
-def test_known_answers_give_hand_computed_metrics(first_run, eval_model_dir, arithmetic_prompts, tmp_path):
+@pytest.fixture(scope="module")
+def second_run(first_run, eval_model_dir, arithmetic_prompts, tmp_path_factory) -> tuple[set[int], list[dict], dict]:
+    """The same prompts again, on two engines, with every other row that has a number given its
+    first-run answer as the reference: (those rows, the responses, the summary)."""
     _, responses = first_run
     answers = {r["prompt"]: r["answer"] for r in responses if r["sample"] == 0}
     usable = [p for p, a in sorted(answers.items()) if a is not None and re.fullmatch(r"\d+", a)]
@@ -70,14 +73,17 @@ def test_known_answers_give_hand_computed_metrics(first_run, eval_model_dir, ari
     right = set(usable[::2])  # these rows get their greedy answer as the reference
     rows = [{"prompt": p, "answer": answers[i] if i in right else WRONG, "data_source": "even" if i % 2 == 0 else "odd"}
             for i, p in enumerate(arithmetic_prompts)]
-    data = write_rows(tmp_path / "arith.jsonl", rows)
-    assert run_eval(eval_model_dir, data, tmp_path / "out", "--engines", "1") == 0
+    base = tmp_path_factory.mktemp("eval-known")
+    data = write_rows(base / "arith.jsonl", rows)
+    assert run_eval(eval_model_dir, data, base / "out", "--engines", "2") == 0
+    summary = json.loads((base / "out" / "summary.json").read_text())["datasets"]["arith"]
+    return right, read_responses(base / "out" / "arith.responses.jsonl"), summary
 
-    again = read_responses(tmp_path / "out" / "arith.responses.jsonl")
-    assert texts(again) == texts(responses)
+
+def test_known_answers_give_hand_computed_metrics(second_run, arithmetic_prompts):
+    right, again, summary = second_run
     assert {r["prompt"] for r in again if r["correct"]} == right
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["datasets"]["arith"]
-    m = len(rows)
+    m = len(arithmetic_prompts)
     accuracy = [1.0 if i in right else 0.0 for i in range(m)]
     mean = sum(accuracy) / m
     assert summary["avg@n"] == pytest.approx(mean)
@@ -89,10 +95,9 @@ def test_known_answers_give_hand_computed_metrics(first_run, eval_model_dir, ari
     assert summary["by_source"]["even"]["avg@n"] == pytest.approx(sum(even) / len(even))
 
 
-def test_two_cpu_engines_answer_every_prompt_once(first_run, eval_model_dir, arithmetic_prompts, tmp_path):
-    base, responses = first_run
-    assert run_eval(eval_model_dir, base / "arith.jsonl", tmp_path / "out", "--engines", "2") == 0
-    split = read_responses(tmp_path / "out" / "arith.responses.jsonl")
+def test_two_cpu_engines_answer_every_prompt_once(first_run, second_run, arithmetic_prompts):
+    _, responses = first_run
+    _, split, _ = second_run
     keys = [(r["prompt"], r["sample"]) for r in split]
     assert sorted(keys) == [(p, s) for p in range(len(arithmetic_prompts)) for s in range(N)]
     # Greedy: which engine sampled a prompt does not change its response.
