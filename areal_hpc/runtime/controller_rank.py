@@ -294,6 +294,12 @@ class Controller:
         waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in self.update_begun
                    and not self._lost_since(self.sync_started.get(self.update_of.get(g), math.inf))}
         hung = {g: o for g, o in overdue.items() if g not in waiting}
+        # The ones they wait on may not be overdue yet at this look: their clocks fire next.
+        culprits = [g for g in self.sched.alive if g in self.update_of and g not in self.update_begun]
+        if not hung and waiting and culprits and len(overdue) == len(late):
+            for rank, o in waiting.items():
+                self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
+            return
         left = len(self.sched.alive) - len(hung)
         if len(overdue) < len(late) or not hung or left < self.cfg.rollout.min_generators:
             abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
