@@ -85,3 +85,50 @@ class Watchdog:
             if now - since > limit:
                 out.append(Overdue(op, who, what, now - since, limit))
         return out
+
+
+class UpdateMembers:
+    """Which weight update each generator is in, and whether it took it up (UpdateBegun).
+
+    Updates queue on a generator: a step can finish, and its update be sent, before the previous
+    update reached every member. So every report names its version, and only the latest update's
+    count: a member that loaded an older one is now in the next (its clock starts again), and its
+    UpdateBegun of an older one does not make it a member that took the latest up. Without the
+    versions, one member's older load stopped the clock of the update it then hung in, and the
+    run waited on it until the train step's deadline (seen in CI)."""
+
+    def __init__(self) -> None:
+        self._version: dict[int, int] = {}  # generator rank -> version of the update it is in
+        self._begun: set[int] = set()
+
+    def sent(self, generator: int, version: int) -> None:
+        self._version[generator] = version
+        self._begun.discard(generator)
+
+    def begun(self, generator: int, version: int) -> None:
+        if self._version.get(generator) == version:
+            self._begun.add(generator)
+
+    def loaded(self, generator: int, version: int) -> int | None:
+        """`generator` reported `version` loaded (or broken): the version of the update it is still
+        in, None when that was its latest."""
+        latest = self._version.get(generator)
+        if latest is None or latest == version:
+            self._version.pop(generator, None)
+            return None
+        return latest
+
+    def drop(self, generator: int) -> None:
+        self._version.pop(generator, None)
+        self._begun.discard(generator)
+
+    def version(self, generator: int) -> int | None:
+        """The version of the update `generator` is in, None when it is in none."""
+        return self._version.get(generator)
+
+    def took_up(self, generator: int) -> bool:
+        return generator in self._begun
+
+    def not_begun(self, generators) -> list[int]:
+        """Those of `generators` in an update they have not taken up: what its members wait on."""
+        return [g for g in generators if g in self._version and g not in self._begun]

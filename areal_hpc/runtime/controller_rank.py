@@ -39,7 +39,15 @@ from areal_hpc.controller.scheduler import (
     Train,
     WeightsVerified,
 )
-from areal_hpc.controller.watchdog import CHECKPOINT, GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Overdue, Watchdog
+from areal_hpc.controller.watchdog import (
+    CHECKPOINT,
+    GENERATION,
+    TRAIN_STEP,
+    WEIGHT_UPDATE,
+    Overdue,
+    UpdateMembers,
+    Watchdog,
+)
 from areal_hpc.evaluation.metrics import ks_for, pass_at_k
 from areal_hpc.metrics import report
 from areal_hpc.metrics.batch import accuracy, batch_stats, source_stats
@@ -137,8 +145,7 @@ class Controller:
         self.sync_started: dict[int, float] = {}  # version -> when its update (this round) was asked for
         self.lost_at: dict[int, float] = {}  # lost generator rank -> when its loss was seen
         self.leaving: dict[int, float] = {}  # hung generator rank, its lifeline cut -> when
-        self.update_begun: set[int] = set()  # generators that took up the update they are in
-        self.update_of: dict[int, int] = {}  # generator rank -> version of the last update sent to it
+        self.updates = UpdateMembers()  # the update each generator is in, and whether it took it up
         self.ready = False  # every worker reported ready; from then on a lost generator is survived
         # Broken weight updates not yet explained by a lost generator: (deadline, round start, what).
         self.unexplained: list[tuple[float, float, str]] = []
@@ -291,11 +298,11 @@ class Controller:
         through peers that gave up, so it is dropped as a hung one is."""
         names = {self._name(g): g for g in self.sched.alive}
         overdue = {names[o.who]: o for o in late if o.who in names}
-        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in self.update_begun
-                   and not self._lost_since(self.sync_started.get(self.update_of.get(g), math.inf))}
+        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and self.updates.took_up(g)
+                   and not self._lost_since(self.sync_started.get(self.updates.version(g), math.inf))}
         hung = {g: o for g, o in overdue.items() if g not in waiting}
         # The ones they wait on may not be overdue yet at this look: their clocks fire next.
-        culprits = [g for g in self.sched.alive if g in self.update_of and g not in self.update_begun]
+        culprits = self.updates.not_begun(self.sched.alive)
         if not hung and waiting and culprits and len(overdue) == len(late):
             for rank, o in waiting.items():
                 self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
@@ -329,7 +336,7 @@ class Controller:
         next weight update rebuilds the weight groups without it."""
         log.warning("%s; going on without it", why)
         self.lost_at[rank] = time.monotonic()
-        self.update_of.pop(rank, None)
+        self.updates.drop(rank)
         self.chan.forget(rank)
         name = self._name(rank)
         for kind in (GENERATION, WEIGHT_UPDATE):
@@ -415,20 +422,18 @@ class Controller:
                                             f" of stage {msg.stage}: {msg.error}")
             self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums, msg.error))
         elif isinstance(msg, UpdateBegun):
-            self.update_begun.add(msg.generator_rank)
+            self.updates.begun(msg.generator_rank, msg.version)
         elif isinstance(msg, WeightsLoaded) and msg.error is not None:
             self._explain_broken_update(msg.version, f"{self._name(src)} could not load version {msg.version}:"
                                         f" {msg.error}")
-            self.watchdog.finish(WEIGHT_UPDATE, self._name(msg.generator_rank), self.now)
+            self._update_ended(msg.generator_rank, msg.version)
             self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, {}, msg.error))
-            self._watch_generation(msg.generator_rank)
         elif isinstance(msg, WeightsLoaded):
             self.sync_seconds[(msg.generator_rank, msg.version)] = msg.seconds
             for key, value in msg.engine_stats.items():
                 self.step_engine_stats[key] = self.step_engine_stats.get(key, 0.0) + value
-            self.watchdog.finish(WEIGHT_UPDATE, self._name(msg.generator_rank), self.now)
+            self._update_ended(msg.generator_rank, msg.version)
             self._execute(self.sched.on_weights_loaded(msg.generator_rank, msg.version, msg.checksums))
-            self._watch_generation(msg.generator_rank)
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint_saved(msg)
         elif isinstance(msg, WeightGroupAddress):
@@ -442,9 +447,24 @@ class Controller:
         role, index = role_of(self.cfg, rank)
         return f"rank {rank} ({role} {index})"
 
-    def _watch_generation(self, generator: int) -> None:
-        """A generator's clock restarts whenever it shows progress, and stops when it has no work."""
+    def _update_ended(self, generator: int, version: int) -> None:
+        """`generator` loaded `version` (or its transfer broke). If a later update was queued behind
+        it, the generator is in that one now: a new clock for it; if not, it generates again."""
         who = self._name(generator)
+        later = self.updates.loaded(generator, version)
+        if later is None:
+            self.watchdog.finish(WEIGHT_UPDATE, who, self.now)
+            self._watch_generation(generator)
+        else:
+            self.watchdog.start(WEIGHT_UPDATE, who, f"version {later}", self.now)
+
+    def _watch_generation(self, generator: int) -> None:
+        """A generator's clock restarts whenever it shows progress, and stops when it has no work;
+        in an update it is watched as an update, not a generation (its samples then are ones
+        finished before the pause)."""
+        who = self._name(generator)
+        if self.updates.version(generator) is not None:
+            return
         if self.sched.generators.load[generator] > 0:
             self.watchdog.progress(GENERATION, who, "its prompts in flight", self.now)
         else:
@@ -454,15 +474,16 @@ class Controller:
         for c in commands:
             if isinstance(c, Submit):
                 self._submit(c)
-                self.watchdog.start_if_idle(GENERATION, self._name(c.generator), "its prompts in flight", self.now)
+                if self.updates.version(c.generator) is None:
+                    self.watchdog.start_if_idle(GENERATION, self._name(c.generator), "its prompts in flight",
+                                                self.now)
             elif isinstance(c, Train):
                 self._dispatch(c)
                 self.watchdog.start(TRAIN_STEP, TRAINER, f"for version {c.version}", self.now)
             elif isinstance(c, SyncWeights):
                 self._update_weights(c.version, c.generators)
                 for g in c.generators:  # paused for the update: watched as an update, not a generation
-                    self.update_begun.discard(g)
-                    self.update_of[g] = c.version
+                    self.updates.sent(g, c.version)
                     self.watchdog.cancel(GENERATION, self._name(g))
                     self.watchdog.start(WEIGHT_UPDATE, self._name(g), f"version {c.version}", self.now)
             elif isinstance(c, StepFinished):

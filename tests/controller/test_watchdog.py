@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from areal_hpc.config.schema import WatchdogConfig
-from areal_hpc.controller.watchdog import GENERATION, TRAIN_STEP, WEIGHT_UPDATE, Watchdog
+from areal_hpc.controller.watchdog import GENERATION, TRAIN_STEP, WEIGHT_UPDATE, UpdateMembers, Watchdog
 
 
 def test_an_automatic_deadline_follows_the_longest_completed_run():
@@ -40,3 +40,29 @@ def test_progress_restarts_the_clock_and_cancel_forgets_it():
     assert w.overdue(20.0) == []
     w.cancel(GENERATION, "g")
     assert w.overdue(1000.0) == []
+
+
+def test_an_update_queued_behind_another_is_the_one_a_member_is_in_after_the_first_loads():
+    """Seen in CI: step 2 ended before generator 1 loaded version 1. Its load of version 1 must
+    not end the watch of version 2, in which it then hung."""
+    m = UpdateMembers()
+    m.sent(3, 1)
+    m.begun(3, 1)
+    m.sent(3, 2)  # queued behind version 1
+    assert m.version(3) == 2 and not m.took_up(3)
+    m.begun(3, 1)  # a late report of the older update does not count for the latest
+    assert not m.took_up(3) and m.not_begun([2, 3]) == [3]
+    assert m.loaded(3, 1) == 2  # still in version 2's update
+    assert m.version(3) == 2
+    m.begun(3, 2)
+    assert m.took_up(3) and m.not_begun([3]) == []
+    assert m.loaded(3, 2) is None and m.version(3) is None
+
+
+def test_a_dropped_member_is_in_no_update():
+    m = UpdateMembers()
+    m.sent(2, 4)
+    m.sent(3, 4)
+    m.begun(2, 4)
+    m.drop(3)
+    assert m.not_begun([2, 3]) == [] and m.version(3) is None and m.took_up(2)
