@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sandbox-tools test test-fast lint gpu-check
+.PHONY: venv sandbox-tools test test-faults test-fast lint gpu-check
 
 venv: $(STAMP)
 
@@ -29,13 +29,18 @@ sandbox-tools:
 	      || echo "note: could not install bubblewrap; bwrap sandbox tests will skip"; \
 	  else echo "note: bwrap missing (install the bubblewrap package); bwrap sandbox tests will skip"; fi; }
 
-# The whole suite, slow and SLURM tests included.
+# The suite, slow and SLURM tests included, but for the fault-injection scenarios (~25 min here).
 test: venv sandbox-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not faults"
+
+# The fault-injection scenarios: ranks killed, hung or failing mid-run, requeues under SLURM (~13
+# min here). CI runs them after `make test` (.ci/run).
+test-faults: venv sandbox-tools
+	$(PY) -m pytest -q -m faults
 
 # Everything but the slow end-to-end tests.
 test-fast: venv sandbox-tools
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not faults"
 
 lint: venv
 	$(VENV)/bin/ruff check areal_hpc tests benchmarks

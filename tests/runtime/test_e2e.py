@@ -132,6 +132,7 @@ def test_versions_staleness_and_weights(killed_and_resumed):
     assert [e["step"] for e in evals] == [0, STEPS]
 
 
+@pytest.mark.faults
 def test_an_exception_on_a_trainer_is_named_by_rank_0_and_ends_the_job(tmp_path, tiny_model_dir):
     """(A generator's exception is survived: tests/runtime/test_generator_loss.py.)"""
     job = run_job(3, overrides(tmp_path, tiny_model_dir), timeout=420, AREAL_HPC_FAULT="trainer:0:step")
@@ -139,6 +140,7 @@ def test_an_exception_on_a_trainer_is_named_by_rank_0_and_ends_the_job(tmp_path,
     assert "error: rank 1 (trainer 0) failed: InjectedFault" in job.output, job.output[-5000:]
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("fault, setting, named", [
     ("trainer:0:step:stall", "watchdog.train_step_s=8",
      "error: hung: the trainer: training step for version 0 has taken"),

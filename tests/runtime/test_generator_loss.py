@@ -12,7 +12,7 @@ from mpi_jobs import run_job
 
 from areal_hpc.launch import mpiexec_surviving_loss
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 STEPS, B, GROUP = 6, 4, 4
 # Generator 1 (rank 3) dies as the update to version 2 reaches it, with prompts in flight: the

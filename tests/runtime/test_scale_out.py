@@ -109,6 +109,7 @@ def test_batch_split_across_data_parallel_ranks(layout_run):
             assert 1.0 <= r["train/dp_imbalance"] < 1.25, r
 
 
+@pytest.mark.faults
 def test_a_generator_that_never_joins_is_named(tmp_path, tiny_model_dir):
     timeout = 30
     start = time.monotonic()
@@ -122,6 +123,7 @@ def test_a_generator_that_never_joins_is_named(tmp_path, tiny_model_dir):
     assert time.monotonic() - start < timeout + 120
 
 
+@pytest.mark.faults
 def test_a_wrong_checksum_stops_the_run_naming_the_tensor(tmp_path, tiny_model_dir):
     job = run_job(3, overrides(tmp_path, tiny_model_dir), timeout=400, AREAL_HPC_FAULT="generator:0:checksum")
     assert job.returncode != 0

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from slurm_jobs import PROGRAM, TINY, Cluster, probe_runs, write_script
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.faults]
 STEPS = 10
 
 

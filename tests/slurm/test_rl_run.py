@@ -93,6 +93,7 @@ def test_metrics_have_every_step_once(requeued_run: dict) -> None:
     assert json.loads((requeued_run["run_dir"] / "summary.json").read_text())
 
 
+@pytest.mark.faults
 def test_generators_lost_are_survived_then_requeued_and_a_killed_trainer_requeues(
         slurm_cluster: Cluster, tmp_path: Path) -> None:
     """Two generators, each on a node of its own. kill -9 of generator 1: srun leaves the others
