@@ -16,6 +16,7 @@ import math
 from areal_hpc.controller.scheduler import Policy, Scheduler, Submit, Train
 from areal_hpc.sim.cost_model import CostModel
 from areal_hpc.sim.engine import Fleet, Group, Trajectory, make_group
+from areal_hpc.sim.host import SharedHost
 from areal_hpc.sim.layout import Layout
 from areal_hpc.sim.lengths import LengthStream
 from areal_hpc.sim.run import Run
@@ -99,6 +100,7 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
     ends: list[float] = []
     tokens: list[int] = []
     trainer_busy: list[tuple[float, float]] = []
+    trainer_procs: list[float] = []  # processes busy at once in each of those spans
     train_end = math.inf
     trainer_free = 0.0
     staleness = 0
@@ -113,6 +115,7 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
         tokens.append(tok)
         end = at + layout.train_s(cost, tok, sum(g.sq_tokens for g in batch), w.minibatches, w.micro_batch_tokens)
         trainer_busy.append((at, end))
+        trainer_procs.append(layout.train_procs(tok, w.minibatches, w.micro_batch_tokens))
         return end
 
     def receive(now: float, done: list[Trajectory]) -> None:
@@ -157,10 +160,28 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
                 heapq.heappush(scoring, (now + w.reward_s, next(order), done))
             else:
                 receive(now, done)
+    gen_busy_s = fleet.busy_s(ends[-1]) - gen_busy_start
+    train_busy_s = busy_in(trainer_busy, ends[warmup - 1], ends[-1])
+    if cost.hw.one_host:
+        ends, gen_busy_s, train_busy_s = _on_shared_host(cost.hw.gpus_per_node, layout, fleet, trainer_busy,
+                                                         trainer_procs, ends, warmup)
     return Run(
         step_ends=tuple(ends), step_tokens=tuple(tokens), warmup=warmup,
-        gen_busy_gpu_s=(fleet.busy_s(ends[-1]) - gen_busy_start) * layout.gen_tp,
-        train_busy_gpu_s=busy_in(trainer_busy, ends[warmup - 1], ends[-1]) * layout.train_gpus,
+        gen_busy_gpu_s=gen_busy_s * layout.gen_tp,
+        train_busy_gpu_s=train_busy_s * layout.train_gpus,
         gen_gpus=layout.gen_gpus, train_gpus=layout.train_gpus, colocated=False,
         max_staleness=staleness, update_s=layout.update_s(cost),
     )
+
+
+def _on_shared_host(cores: int, layout: Layout, fleet: Fleet, trainer_busy: list[tuple[float, float]],
+                    trainer_procs: list[float], ends: list[float], warmup: int) -> tuple[list[float], float, float]:
+    """The run on a wall clock that slows while more processes are busy than `cores` (sim/host.py):
+    step ends, and engine and trainer busy seconds (per device) within the measured window."""
+    spans = [(a, b, layout.gen_tp) for eng in fleet.engines for a, b in eng.spans]
+    spans += [(a, b, procs) for (a, b), procs in zip(trainer_busy, trainer_procs, strict=True)]
+    host = SharedHost(cores, spans)
+    walls = [host.wall(t) for t in ends]
+    start, end = walls[warmup - 1], walls[-1]
+    gen = sum(busy_in(host.walls(eng.spans), start, end) for eng in fleet.engines)
+    return walls, gen, busy_in(host.walls(trainer_busy), start, end)

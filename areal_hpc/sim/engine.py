@@ -112,6 +112,8 @@ class Engine:
     a: float = 0.0
     q: float = 0.0
     busy_s: float = 0.0
+    # The busy intervals themselves, when recorded (a host with too few cores: sim/host.py).
+    spans: list[tuple[float, float]] | None = None
     finishing: list = field(default_factory=list)
     admitted: list = field(default_factory=list)
     waiting: deque = field(default_factory=deque)
@@ -176,13 +178,22 @@ class Engine:
                 k_done += length
                 dt -= span
             self.s += k_done
-            self.busy_s += now - self.t
+            self._busy(self.t, now)
         self.t = now
 
     def stall(self, seconds: float) -> None:
         """Spend `seconds` not decoding (prefill, weight transfer) from the current time."""
+        self._busy(self.t, self.t + seconds)
         self.t += seconds
-        self.busy_s += seconds
+
+    def _busy(self, start: float, end: float) -> None:
+        self.busy_s += end - start
+        if self.spans is None or end <= start:
+            return
+        if self.spans and self.spans[-1][1] >= start:
+            self.spans[-1] = (self.spans[-1][0], max(end, self.spans[-1][1]))
+        else:
+            self.spans.append((start, end))
 
     def _add(self, traj: Trajectory) -> None:
         ctx0 = traj.prompt + traj.done
@@ -225,7 +236,7 @@ class Engine:
 
     def fire(self, when: float, step: float) -> list[Trajectory]:
         """Apply the planned event: finish every sequence due, or preempt the newest one."""
-        self.busy_s += when - self.t
+        self._busy(self.t, when)
         self.t, self.s = when, step
         done: list[Trajectory] = []
         while self.finishing:

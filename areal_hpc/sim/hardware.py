@@ -27,6 +27,9 @@ class Hardware:
     # Network bandwidth per GPU, one direction, between nodes.
     net_bw: float
     gpus_per_node: int = 8
+    # Every process of a run shares one host of `gpus_per_node` cores (the CPU profile on one
+    # machine): more processes than cores slow each other down (sim/host.py).
+    one_host: bool = False
 
 
 # NVIDIA H800 SXM5 (the paper's nodes): compute and HBM3 as the H100 SXM5 datasheet (989 TFLOP/s
@@ -49,7 +52,7 @@ H200 = Hardware("H200", 989.4e12, 141e9, 4.8e12, 450e9, 50e9)
 # 7.6 GB/s; TCP over loopback, what gloo uses between ranks: 2.2 GB/s; both under load, so low
 # bounds). The fitted efficiencies are relative to these numbers, and predictions on this preset
 # multiply by the same numbers the fit divided by, so their errors cancel (docs/simulator.md).
-CPU = Hardware("cpu", 166.4e9, 12 * 2**30, 8e9, 2e9, 2e9, gpus_per_node=2)
+CPU = Hardware("cpu", 166.4e9, 12 * 2**30, 8e9, 2e9, 2e9, gpus_per_node=2, one_host=True)
 
 PRESETS = {hw.name.lower(): hw for hw in (H800, H100, H200, CPU)}
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import UserError
-from areal_hpc.sim.cost_model import CostModel
+from areal_hpc.sim.cost_model import CostModel, pipeline_stretch
 from areal_hpc.sim.engine import Engine, Fleet
 from areal_hpc.sim.memory import (
     REPLICATED_STATE_BYTES,
@@ -55,6 +55,11 @@ class Layout:
         return cost.train_s(tokens, sq_sum, self.train_gpus, self.train_dp, minibatches,
                             self.train_tp * self.train_pp, self.train_pp, micro_batch_tokens)
 
+    def train_procs(self, tokens: float, minibatches: int, micro_batch_tokens: int) -> float:
+        """Trainer processes busy at once, on average over a step: all of them but for the
+        pipeline bubbles, in which a stage waits (what a shared host's cores see: sim/host.py)."""
+        return self.train_gpus / pipeline_stretch(self.train_pp, tokens, self.train_dp, minibatches, micro_batch_tokens)
+
     def update_s(self, cost: CostModel) -> float:
         """New weights into the generators: a broadcast, or a colocated reshard."""
         return cost.reshard_s(self.gpus) if self.colocated else cost.broadcast_s(self.train_pp)
@@ -101,5 +106,7 @@ def memory_plan(layout: Layout, cost: CostModel, w: Workload) -> MemoryPlan:
 
 
 def make_fleet(layout: Layout, cost: CostModel, plan: MemoryPlan, w: Workload) -> Fleet:
-    return Fleet([Engine(cost, layout.gen_tp, plan.kv_tokens_per_engine, w.max_num_seqs)
+    """The layout's engines; on one shared host (the CPU preset) they record their busy spans."""
+    spans = cost.hw.one_host
+    return Fleet([Engine(cost, layout.gen_tp, plan.kv_tokens_per_engine, w.max_num_seqs, spans=[] if spans else None)
                   for _ in range(layout.engines)])

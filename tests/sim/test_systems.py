@@ -9,6 +9,7 @@ import pytest
 
 from areal_hpc.sim.async_system import run_async
 from areal_hpc.sim.cost_model import Efficiency
+from areal_hpc.sim.hardware import H800
 from areal_hpc.sim.layout import Layout
 from areal_hpc.sim.run import Run
 from areal_hpc.sim.sync_system import run_sync
@@ -126,3 +127,20 @@ def test_simulated_update_pauses_are_in_the_generators_idle_share():
     assert run.gen_not_generating == pytest.approx(
         min(1.0, run.gen_idle + steps * run.update_s / run.window_s), abs=1e-9)
     assert run.gen_not_generating > run.gen_idle
+
+
+def test_on_one_shared_host_more_processes_than_cores_run_slower():
+    """The cpu preset's runs share its 2 cores: a layout with a core per process is as on separate
+    devices; with 3 engines and a trainer on them every step takes longer, and a step is never
+    shorter than on separate devices."""
+    own = replace(cost_1p5b(), hw=replace(H800, gpus_per_node=2))
+    shared = replace(own, hw=replace(own.hw, one_host=True))
+    runs = {}
+    for engines in (1, 3):
+        layout = split(engines=engines)
+        runs[engines] = [run_async(layout, c, SMALL, fleet_for(layout, c), 5, stream()) for c in (own, shared)]
+    alone, together = runs[1]
+    assert together.step_ends == pytest.approx(alone.step_ends, rel=1e-12)
+    alone, together = runs[3]
+    assert together.step_s > 1.2 * alone.step_s
+    assert all(b >= a - 1e-9 for a, b in zip(alone.step_ends, together.step_ends, strict=True))
