@@ -5,6 +5,7 @@ other one and trains every step, every prompt exactly once, and says so."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,16 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_with(fault: str, run_dir: Path, model_dir: Path, *settings: str):
+def run_with(fault: str, run_dir: Path, model_dir: Path, *settings: str, generators: int = 2):
     overrides = [*settings,
-        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={STEPS}", "generator.count=2",
-        "cluster.rollout_nodes=2", "rollout.eta=2", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
-        "rollout.max_concurrent=8", "rollout.max_new_tokens=64", "data.synthetic_eval_size=4", "eval.n=2",
-        "checkpoint.interval_steps=0", "logging.tensorboard=false",
+        f"logging.dir={run_dir}", f"model.path={model_dir}", f"total_steps={STEPS}", f"generator.count={generators}",
+        f"cluster.rollout_nodes={generators}", "rollout.eta=2", f"rollout.batch_prompts={B}",
+        f"rollout.group_size={GROUP}", "rollout.max_concurrent=8", "rollout.max_new_tokens=64",
+        "data.synthetic_eval_size=4", "eval.n=2", "checkpoint.interval_steps=0", "logging.tensorboard=false",
     ]
-    return run_job(4, overrides, timeout=480, mpiexec_args=tuple(mpiexec_surviving_loss(4)), AREAL_HPC_FAULT=fault)
+    ranks = 2 + generators
+    return run_job(ranks, overrides, timeout=480, mpiexec_args=tuple(mpiexec_surviving_loss(ranks)),
+                   AREAL_HPC_FAULT=fault)
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +107,31 @@ def test_a_generator_hung_in_an_update_is_cut_loose_and_the_run_goes_on(tmp_path
     assert "going on without it" in out and "1 of 2 generators left" in out, out[-5000:]
     assert "rank 3: rank 0 dropped this rank from the run (it hung" in out
     assert "rank 2 (generator 0)" not in out.split("hung: rank 3")[1].split("\n")[0]
+    steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "trained_tokens" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), out[-5000:]
+    assert steps[-1]["generators_alive"] == 1
+    ids = [pid for e in read_jsonl(tmp_path / "ledger.jsonl") for pid in e["prompt_ids"]]
+    assert len(ids) == len(set(ids)) == STEPS * B
+
+
+def test_a_failed_and_a_hung_generator_are_dropped_and_the_run_goes_on(tmp_path, tiny_model_dir):
+    """Three generators. Generator 1 raises mid-run: it reports before its clean-up, rank 0 names
+    it and cuts its lifeline, which ends its process (its own clean-up can hang while its
+    weight-group sockets hold a transfer). Generator 2 stops, without dying, in its third weight
+    update (or is stranded in one that generator 1's loss broke): past its deadline rank 0 drops
+    it and its process leaves on rank 0's word, while generator 0, which took the update up and
+    waited on it, is kept and loads the update again without it. Every step is trained, every
+    prompt once."""
+    job = run_with("generator:1:request@4,generator:2:update@3:stall", tmp_path, tiny_model_dir,
+                   "watchdog.weight_update_s=10", generators=3)
+    out = job.output
+    assert "rank 3 (generator 1) failed: InjectedFault" in out, out[-5000:]
+    assert "rank 3: rank 0 dropped this rank from the run" in out, out[-5000:]
+    hung = re.search(r"hung: rank 4 \(generator 2\): loading the weights of version \d+ has taken.*", out)
+    assert hung and "rank 2 (generator 0)" not in hung[0], out[-5000:]
+    assert "rank 4: rank 0 dropped this rank from the run (it hung" in out, out[-5000:]
+    assert out.count("going on without it") == 2 and "1 of 3 generators left" in out, out[-5000:]
+    assert not [line for line in out.splitlines() if line.startswith("error: ")], out[-5000:]
     steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "trained_tokens" in r]
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1)), out[-5000:]
     assert steps[-1]["generators_alive"] == 1
