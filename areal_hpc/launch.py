@@ -25,17 +25,23 @@ def mpiexec_surviving_loss(ranks: int) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m areal_hpc.launch", description=__doc__.split("\n")[0])
-    p.add_argument("config", help="experiment YAML, e.g. configs/experiments/tiny-cpu.yaml")
+    p.add_argument("config", nargs="?", help="experiment YAML, e.g. configs/experiments/tiny-cpu.yaml")
+    p.add_argument("--join", metavar="RUN_DIR",
+                   help="start a replacement generator for the job running in RUN_DIR (its logging.dir), outside"
+                        " the MPI world: it takes a lost generator's place (rollout.max_replacements)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override, e.g. --set rollout.eta=0 (repeatable)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if (args.config is None) == (args.join is None):
+        p.error("give either a config (every rank of a job) or --join RUN_DIR (a replacement generator)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from areal_hpc.runtime.world import run
+    from areal_hpc.runtime.world import run, run_replacement
 
-    return run(args.config, args.overrides)
+    return run_replacement(args.join) if args.join else run(args.config, args.overrides)
 
 
 if __name__ == "__mp_main__":  # this module, re-imported in a child a rank spawned (vLLM's engine)

@@ -168,6 +168,11 @@ class RolloutConfig:
     # hands a lost generator's prompts to the others and rebuilds the weight groups without it;
     # below this many it checkpoints and exits for a requeue, which starts them all again.
     min_generators: int = 1
+    # Replacement generators that may join the running job in all, each in a lost one's place
+    # (`python -m areal_hpc.launch --join RUN_DIR`; the SLURM scripts start them as new steps of
+    # the allocation): one joins the next weight update and serves once it holds the current
+    # version. 0: none; a lost generator is then only survived.
+    max_replacements: int = 4
 
 
 @dataclass

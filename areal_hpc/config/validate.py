@@ -84,6 +84,7 @@ RANGES = [
     ("rollout.group_size", lambda v: v >= 1, ">= 1"),
     ("rollout.max_concurrent", lambda v: v >= 1, ">= 1"),
     ("rollout.min_generators", lambda v: v >= 1, ">= 1"),
+    ("rollout.max_replacements", lambda v: v >= 0, ">= 0"),
     ("rollout.max_prompt_len", lambda v: v >= 1, ">= 1"),
     ("rollout.max_new_tokens", lambda v: v >= 1, ">= 1"),
     ("rollout.temperature", lambda v: v >= 0, ">= 0"),

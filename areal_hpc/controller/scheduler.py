@@ -82,11 +82,13 @@ class Train:
 
 @dataclass(frozen=True)
 class SyncWeights:
-    """Move `version`'s weights from the trainer to `generators` (the live ones, in rank order;
-    the weight groups are rebuilt whenever that set changed since the last update)."""
+    """Move `version`'s weights from the trainer to `generators` (the live ones and the joining
+    replacements, in rank order) through weight groups number `group`: a new number, and so new
+    groups on every side, whenever the members changed or a round of the last groups broke."""
 
     version: int
     generators: tuple[int, ...]
+    group: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,11 @@ class GeneratorLoad:
         self.load[generator] += delta
         heapq.heappush(self._heap, (self.load[generator], generator))
 
+    def join(self, generator: int) -> None:
+        """`generator` (a replacement) takes work from now on."""
+        self.load[generator] = 0
+        heapq.heappush(self._heap, (0, generator))
+
     def remove(self, generator: int) -> None:
         """No more work for `generator` (lost); O(G) once, rebuilding the heap without it."""
         del self.load[generator]
@@ -224,8 +231,15 @@ class Scheduler:
         self.stop_requested = False
         # Generators lost during the run, in the order they were lost.
         self.lost: list[int] = []
+        # Replacements that joined the running job: the next weight update brings them the current
+        # version, and once it is verified they are given prompts like any other.
+        self.joining: set[int] = set()
         # An update held back behind a broken one (sync_weights).
         self.sync_due = False
+        # The weight groups in use (number, members): group 0 of every generator is made at start;
+        # a broken round or a lost member retires them (a member's sockets may be gone).
+        self.group, self.group_members = 0, tuple(sorted(generators))
+        self.group_broken = False
         self.last_ckpt_version = self.version if state is not None else -1
 
     @property
@@ -296,26 +310,35 @@ class Scheduler:
         if any(sync.errors for sync in self.syncs.values()):
             self.sync_due = True
             return []
-        self.syncs[self.version] = WeightSync(set(self.served))
-        return [SyncWeights(self.version, self.alive)]
+        members = tuple(sorted(set(self.served) | self.joining))
+        if members != self.group_members or self.group_broken:
+            self.group, self.group_members, self.group_broken = self.group + 1, members, False
+        self.syncs[self.version] = WeightSync(set(members))
+        return [SyncWeights(self.version, members, self.group)]
+
+    def join_generator(self, generator: int) -> None:
+        """A replacement for a lost generator is ready under rank `generator`: it takes part from
+        the next weight update on, and is given prompts once it serves a verified version."""
+        if generator in self.served or generator in self.joining:
+            raise RuntimeError(f"generator rank {generator} joined, but it is in the run already")
+        self.joining.add(generator)
 
     def lose_generator(self, generator: int) -> list[Command]:
         """`generator` is gone (its process or node died). Its prompts in flight go to the others,
         same rows and seeds, their samples so far dropped (so none is lost and none trained twice);
         no update waits for it any more. Below `min_generators` left, a checkpoint at the next step
         boundary and a stop (`stop_requested`), for a requeue that starts every generator again."""
+        # Its groups have a dead member: a replacement under the same rank is another process.
+        self.group_broken = True
+        if generator in self.joining:  # a replacement that never served: no prompt of its to hand on
+            self.joining.discard(generator)
+            return self._leave_updates(generator)
         if generator not in self.served:
             raise RuntimeError(f"generator rank {generator} lost, but it is not a live generator")
         self.lost.append(generator)
         del self.served[generator]
         self.generators.remove(generator)
-        out: list[Command] = []
-        for sync_version in sorted(self.syncs):
-            sync = self.syncs[sync_version]
-            sync.loaded = [(g, sums) for g, sums in sync.loaded if g != generator]
-            if generator in sync.waiting:
-                sync.waiting.discard(generator)
-                out += self._settle(sync_version)
+        out = self._leave_updates(generator)
         if len(self.served) < self.policy.min_generators:
             self.request_checkpoint(stop=True)
         if not self.served:
@@ -330,6 +353,17 @@ class Scheduler:
             if s.prompt_id >= 0:
                 self.buffer.restart(s.prompt_id)
             out.append(self._submit(s.prompt_id, s.row, s.seed))
+        return out
+
+    def _leave_updates(self, generator: int) -> list[Command]:
+        """No update in flight waits for `generator` any more."""
+        out: list[Command] = []
+        for sync_version in sorted(self.syncs):
+            sync = self.syncs[sync_version]
+            sync.loaded = [(g, sums) for g, sums in sync.loaded if g != generator]
+            if generator in sync.waiting:
+                sync.waiting.discard(generator)
+                out += self._settle(sync_version)
         return out
 
     def start_eval(self) -> list[Command]:
@@ -485,6 +519,9 @@ class Scheduler:
         if generator not in sync.waiting:
             raise RuntimeError(f"generator rank {generator} reported version {version} twice")
         sync.waiting.discard(generator)
+        if generator in self.joining:
+            self.joining.discard(generator)
+            self.generators.join(generator)
         self.served[generator] = version
         return [WeightsVerified(generator, version, len(sent))]
 
@@ -502,6 +539,7 @@ class Scheduler:
         if not sync.errors:
             return self._sync_finished(version)
         del self.syncs[version]
+        self.group_broken = True
         # The current version's update, now to the live generators, only while it is the
         # trainer's next command: with a step training, that step's update comes next instead.
         due, self.sync_due = self.sync_due, False

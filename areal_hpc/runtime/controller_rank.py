@@ -57,13 +57,16 @@ from areal_hpc.metrics.progress import Progress
 from areal_hpc.metrics.writer import MetricsWriter
 from areal_hpc.runtime.failure import abort_job, describe
 from areal_hpc.runtime.preflight import Prompts
+from areal_hpc.runtime.replacements import Replacements
 from areal_hpc.runtime.trainer_commands import TrainerCommands
 from areal_hpc.trainer.hf_checkpoint import write_tokenizer
 from areal_hpc.wire.layout import generator_ranks, role_of
 from areal_hpc.wire.lifeline import LifelineServer
+from areal_hpc.wire.link import Hub
 from areal_hpc.wire.messages import (
     CheckpointSaved,
     GenerateRequest,
+    JoinOffer,
     LaunchPlan,
     SamplingParams,
     SaveCheckpoint,
@@ -118,11 +121,19 @@ class StepTiming:
 class Controller:
     def __init__(self, plan: LaunchPlan, prompts: Prompts, chan: Channel, lifelines: LifelineServer) -> None:
         cfg: ExperimentConfig = plan.config
-        self.cfg, self.prompts, self.chan, self.lifelines = cfg, prompts, chan, lifelines
+        self.cfg, self.plan, self.prompts, self.lifelines = cfg, plan, prompts, lifelines
+        # The MPI world, and the links of replacement generators that joined it (wire/link.py).
+        self.chan = Hub(chan)
         self.run_dir = Path(cfg.logging.dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.trainers = TrainerCommands(chan, cfg)
+        self.replacements = Replacements(self.run_dir, lifelines, plan)
+        # Replacements offered a lost generator's rank, until they serve: rank -> when offered.
+        self.joiners: dict[int, float] = {}
         self.generators = generator_ranks(cfg)
+        # Samples each generator rank sent (a replacement's counted from when it serves).
+        self.samples: dict[int, int] = dict.fromkeys(self.generators, 0)
+        self.replaced: set[int] = set()
         self.counters: dict[str, float] = {"elapsed_s": 0.0, "trained_tokens": 0.0, "generated_tokens": 0.0}
         self.resumed = plan.resume_dir is not None
         self.model_dir = Path(plan.model_dir)
@@ -144,6 +155,7 @@ class Controller:
         self.step: StepTiming | None = None
         self.sync_started: dict[int, float] = {}  # version -> when its update (this round) was asked for
         self.lost_at: dict[int, float] = {}  # lost generator rank -> when its loss was seen
+        self.loss_times: list[float] = []  # when each generator loss was seen, replaced or not
         self.leaving: dict[int, float] = {}  # hung generator rank, its lifeline cut -> when
         self.updates = UpdateMembers()  # the update each generator is in, and whether it took it up
         self.ready = False  # every worker reported ready; from then on a lost generator is survived
@@ -210,6 +222,8 @@ class Controller:
     def _turn(self) -> bool:
         self.now = time.monotonic()
         self._check_lifelines()
+        if self.ready:
+            self._check_replacements()
         if self.unexplained:
             self._check_unexplained()
         if self.leaving:
@@ -282,7 +296,7 @@ class Controller:
         dead = self._dead()
         if not dead:
             return
-        if not self.ready or any(rank not in self.sched.alive for rank in dead):
+        if not self.ready or any(rank not in self.sched.alive and rank not in self.joiners for rank in dead):
             abort_job(self.chan.comm, "; ".join(self._died(rank) for rank in dead))
         for rank in dead:
             self._lose(rank, self._died(rank))
@@ -296,7 +310,7 @@ class Controller:
         took up (a transport hang), or too few generators left, ends the job. A member still in a
         transfer that a lost generator broke is stranded, not waiting: its broadcast relays
         through peers that gave up, so it is dropped as a hung one is."""
-        names = {self._name(g): g for g in self.sched.alive}
+        names = {self._name(g): g for g in (*self.sched.alive, *self.sched.joining)}
         overdue = {names[o.who]: o for o in late if o.who in names}
         waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and self.updates.took_up(g)
                    and not self._lost_since(self.sync_started.get(self.updates.version(g), math.inf))}
@@ -307,7 +321,7 @@ class Controller:
             for rank, o in waiting.items():
                 self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
             return
-        left = len(self.sched.alive) - len(hung)
+        left = len([g for g in self.sched.alive if g not in hung])
         if len(overdue) < len(late) or not hung or left < self.cfg.rollout.min_generators:
             abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
         for rank, o in hung.items():
@@ -319,8 +333,9 @@ class Controller:
                 self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
 
     def _dead(self) -> list[int]:
-        """Ranks whose lifeline ended since the last look, but for generators already lost."""
-        ended = self.lifelines.ended()
+        """Ranks whose lifeline (or a replacement's link) ended since the last look, but for
+        generators already lost."""
+        ended = sorted({*self.lifelines.ended(), *self.chan.closed()})
         for rank in ended:
             self.leaving.pop(rank, None)
         return [rank for rank in ended if rank not in self.lost_at]
@@ -336,13 +351,15 @@ class Controller:
         next weight update rebuilds the weight groups without it."""
         log.warning("%s; going on without it", why)
         self.lost_at[rank] = time.monotonic()
+        self.loss_times.append(self.lost_at[rank])
         self.updates.drop(rank)
         self.chan.forget(rank)
         name = self._name(rank)
         for kind in (GENERATION, WEIGHT_UPDATE):
             self.watchdog.cancel(kind, name)
-        del self.gen_clocks[rank]
-        commands = self.sched.lose_generator(rank)
+        self.gen_clocks.pop(rank, None)
+        offered_only = self.joiners.pop(rank, None) is not None and rank not in self.sched.joining
+        commands = [] if offered_only else self.sched.lose_generator(rank)
         alive, least = len(self.sched.alive), self.cfg.rollout.min_generators
         self.progress.note(f"lost {name} at version {self.version}: {alive} of {len(self.generators)} generators left"
                            + (f", fewer than rollout.min_generators = {least}: checkpoint and stop" if alive < least
@@ -363,7 +380,7 @@ class Controller:
 
     def _lost_since(self, since: float) -> bool:
         """Whether a generator was lost at or after `since` (a monotonic time)."""
-        return any(at >= since for at in self.lost_at.values())
+        return any(at >= since for at in self.loss_times)
 
     def _relay(self, address: WeightGroupAddress) -> None:
         """A stage leader's new weight group, to the generators that are to join it."""
@@ -385,11 +402,11 @@ class Controller:
         while not dead and time.monotonic() < deadline:
             time.sleep(POLL_S)
             dead = self._dead()
-        alive = self.sched.alive
+        alive = {*self.sched.alive, *self.joiners}
         if self.ready and failed.rank in alive and all(rank in alive for rank in dead):
             for rank in dead:
                 self._lose(rank, self._died(rank))
-            if failed.rank in self.sched.alive:
+            if failed.rank not in self.lost_at:
                 # Its process leaves now, not after its clean-up: until then its weight-group
                 # sockets are open and a transfer to its group waits on it.
                 self.lifelines.cut(failed.rank)
@@ -399,6 +416,36 @@ class Controller:
         causes = [self._died(rank) for rank in dead]
         abort_job(self.chan.comm, "; ".join([*causes, ("then " if causes else "") + describe(failed)]))
 
+    # ---- replacements ---------------------------------------------------------------------
+
+    def _check_replacements(self) -> None:
+        """Offer each vacant generator rank (lost, its process gone) to a replacement that joined
+        (runtime/replacements.py); drop one that is not ready within startup_timeout_s."""
+        vacant = [] if self.sched.stop_requested else [
+            r for r in self.lost_at if r not in self.leaving and r not in self.lifelines.held]
+        for rank, link in self.replacements.match(vacant):
+            self.chan.attach(rank, link)
+            self.chan.send(rank, JoinOffer(rank))
+            del self.lost_at[rank]
+            self.joiners[rank] = self.now
+            self.progress.note(f"a replacement takes the place of {self._name(rank)} ({self.replacements.offered} of"
+                               f" rollout.max_replacements = {self.replacements.budget})")
+        timeout = self.cfg.startup_timeout_s
+        for rank in [r for r, at in self.joiners.items() if r not in self.sched.joining and self.now - at > timeout]:
+            if rank in self.lifelines.held:
+                self.lifelines.cut(rank)
+                self.leaving[rank] = self.now
+            self._lose(rank, f"{self._name(rank)} (a replacement) was not ready within startup_timeout_s ="
+                             f" {timeout:g} s")
+
+    def _joined(self, rank: int, version: int) -> None:
+        del self.joiners[rank]
+        self.samples[rank] = 0
+        self.replaced.add(rank)
+        self.gen_clocks[rank] = BusyClock(self.now)
+        self.progress.note(f"{self._name(rank)} (a replacement) serves version {version}: {len(self.sched.alive)} of"
+                           f" {len(self.generators)} generators")
+
     # ---- messages in, commands out ----------------------------------------------------------
 
     def _handle(self, src: int, msg: object) -> None:
@@ -406,6 +453,7 @@ class Controller:
             # Sent before it was lost, read after: its prompts are already generated again elsewhere.
             return
         if isinstance(msg, Trajectory):
+            self.samples[src] = self.samples.get(src, 0) + 1
             if msg.prompt_id >= 0:
                 self.step_gen_tokens += len(msg.output_ids)
                 self.counters["generated_tokens"] += len(msg.output_ids)
@@ -440,6 +488,10 @@ class Controller:
             self._relay(msg)
         elif isinstance(msg, WorkerFailed):
             self._on_worker_failed(msg)
+        elif isinstance(msg, WorkerReady) and src in self.joiners:
+            self.sched.join_generator(src)
+            self.progress.note(f"{self._name(src)} (a replacement) is ready: the next weight update brings it the"
+                               " current version")
         else:
             raise RuntimeError(f"unexpected message from rank {src}: {msg!r:.200}")
 
@@ -465,7 +517,7 @@ class Controller:
         who = self._name(generator)
         if self.updates.version(generator) is not None:
             return
-        if self.sched.generators.load[generator] > 0:
+        if self.sched.generators.load.get(generator, 0) > 0:
             self.watchdog.progress(GENERATION, who, "its prompts in flight", self.now)
         else:
             self.watchdog.finish(GENERATION, who, self.now)
@@ -481,7 +533,7 @@ class Controller:
                 self._dispatch(c)
                 self.watchdog.start(TRAIN_STEP, TRAINER, f"for version {c.version}", self.now)
             elif isinstance(c, SyncWeights):
-                self._update_weights(c.version, c.generators)
+                self._update_weights(c.version, c.generators, c.group)
                 for g in c.generators:  # paused for the update: watched as an update, not a generation
                     self.updates.sent(g, c.version)
                     self.watchdog.cancel(GENERATION, self._name(g))
@@ -495,6 +547,8 @@ class Controller:
                               "seconds": self.sync_seconds.pop((c.generator, c.version)), "tensors": c.tensors,
                               "stages": self.cfg.trainer.pp}
                     f.write(json.dumps(record) + "\n")
+                if c.generator in self.joiners:
+                    self._joined(c.generator, c.version)
             elif isinstance(c, SyncFinished):
                 self.last_sync_s = self.now - self.sync_started.pop(c.version)
             elif isinstance(c, Checkpoint):
@@ -543,8 +597,8 @@ class Controller:
         self.metrics.write(done.version, record)
         self.progress.update(done.version, record)
 
-    def _update_weights(self, version: int, generators: tuple[int, ...]) -> None:
-        msg = UpdateWeights(version, generators)
+    def _update_weights(self, version: int, generators: tuple[int, ...], group: int) -> None:
+        msg = UpdateWeights(version, generators, group)
         self.trainers.command(msg)
         for g in generators:
             self.chan.send(g, msg)
@@ -690,9 +744,13 @@ class Controller:
         self.chan.finalize = not self.sched.lost
         msg = Shutdown(reason, finalize=self.chan.finalize)
         self.trainers.command(msg)
-        for g in self.sched.alive:
+        for g in {*self.sched.alive, *self.joiners}:
             self.chan.send(g, msg)
+        self.replacements.close(f"the run ended ({reason})")
         self.chan.flush()
+        if self.replaced:
+            self.progress.note("samples per generator: " + ", ".join(
+                f"rank {g}{' (replacement)' if g in self.replaced else ''}: {n}" for g, n in sorted(self.samples.items())))
         self.progress.close()
         self.metrics.close()
         records = read_records(self.run_dir / "metrics.jsonl")

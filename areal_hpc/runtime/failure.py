@@ -23,7 +23,7 @@ import traceback
 
 from areal_hpc.wire.layout import Role
 from areal_hpc.wire.messages import WorkerFailed
-from areal_hpc.wire.transport import Channel
+from areal_hpc.wire.transport import Mailbox
 
 CONTROLLER_RANK = 0
 # Seconds a failed worker waits for rank 0's abort before leaving on its own.
@@ -51,7 +51,7 @@ def describe(failed: WorkerFailed) -> str:
 _reported: list[BaseException] = []
 
 
-def report_failure(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
+def report_failure(chan: Mailbox, role: Role, index: int, exc: BaseException) -> None:
     """Print `exc` and send it to rank 0, once per process. A rank calls it before its own clean-up
     (an engine's shutdown can hang), so rank 0 hears of the error whatever the clean-up does."""
     if _reported:
@@ -63,7 +63,7 @@ def report_failure(chan: Channel, role: Role, index: int, exc: BaseException) ->
     chan.flush(ABORT_GRACE_S / 2)
 
 
-def worker_failed(chan: Channel, role: Role, index: int, exc: BaseException) -> None:
+def worker_failed(chan: Mailbox, role: Role, index: int, exc: BaseException) -> None:
     """Report `exc` to rank 0 (unless done already), wait for the abort (or, for a generator rank 0
     goes on without, for the cut of its lifeline), and leave without MPI_Finalize."""
     try:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import ConfigError
@@ -29,6 +29,7 @@ from areal_hpc.slurm.hetjob import placements
 from areal_hpc.wire.layout import CONTROLLER_RANK, Role, generator_ranks, generator_visible_devices
 from areal_hpc.wire.messages import (
     GenerateRequest,
+    JoinOffer,
     LaunchPlan,
     Shutdown,
     Trajectory,
@@ -38,20 +39,23 @@ from areal_hpc.wire.messages import (
     WeightsLoaded,
     WorkerReady,
 )
-from areal_hpc.wire.transport import POLL_S, Channel
+from areal_hpc.wire.transport import POLL_S, Mailbox
 
 log = logging.getLogger(__name__)
 
 
 class GeneratorRank:
-    def __init__(self, plan: LaunchPlan, chan: Channel, index: int) -> None:
-        self.plan, self.chan, self.index = plan, chan, index
+    def __init__(self, plan: LaunchPlan, chan: Mailbox, index: int | None,
+                 take_rank: Callable[[int], int] | None = None) -> None:
+        """`index` None: a spare (runtime/replacements.py), which starts its engine, then waits for
+        rank 0 to offer it a lost generator's rank, and becomes it through `take_rank`."""
+        self.plan, self.chan, self.index, self.take_rank = plan, chan, index, take_rank
         self.cfg = plan.config
         self.references: dict[int, tuple[Reference, int]] = {}  # prompt id -> (reference, samples left)
         self.tasks: set[asyncio.Task] = set()
         self.failure: BaseException | None = None
-        # The generator ranks of the weight groups joined.
-        self.members: tuple[int, ...] = ()
+        # The number of the weight groups joined (UpdateWeights.group); None: none yet.
+        self.group: int | None = None
 
     async def recv(self) -> object:
         while (got := self.chan.poll(CONTROLLER_RANK)) is None:
@@ -89,7 +93,7 @@ class GeneratorRank:
         for a in sorted(addresses, key=lambda a: a.stage):
             offset = 1 + a.generators.index(self.chan.rank) * self.cfg.generator.tensor_parallel_size
             await gen.init_weight_group(a.host, a.port, a.world_size, offset, a.stage)
-        self.members = addresses[0].generators
+
 
     async def _collect(self, gen, pool, tokenizer) -> None:
         """Score every finished sample as soon as it finishes and send it on."""
@@ -121,12 +125,18 @@ class GeneratorRank:
 
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or self.plan.model_dir)
-        gen = Generator(cfg, self.plan.model_dir, cpu_core=cpu_core_for(self.index))
+        spare = self.index is None
+        # A spare's engine takes the core after the last generator's.
+        gen = Generator(cfg, self.plan.model_dir, cpu_core=cpu_core_for(cfg.generator.count if spare else self.index))
         try:
             await gen.start()
             async with RewardPool(cfg.reward) as pool:
+                if spare and not await self._take_place():
+                    return
                 fault.check("generator", self.index, "join")
-                await self._join_weight_groups(gen)
+                if not spare:  # a replacement's weight groups come with its first update
+                    await self._join_weight_groups(gen)
+                    self.group = 0
                 self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, Role.GENERATOR))
                 log.info("generator %d ready", self.index)
                 self._spawn(self._collect(gen, pool, tokenizer))
@@ -143,6 +153,20 @@ class GeneratorRank:
         finally:
             await gen.shutdown()
         self.chan.flush()
+
+    async def _take_place(self) -> bool:
+        """A spare with its engine started: wait for rank 0's offer of a lost generator's rank and
+        become that generator; False when the run ended first."""
+        log.info("spare ready: waiting for a generator's place")
+        msg = await self.recv()
+        if isinstance(msg, Shutdown):
+            log.info("not needed: %s", msg.reason)
+            return False
+        if not isinstance(msg, JoinOffer):
+            raise RuntimeError(f"spare: expected a join offer, got {msg!r:.200}")
+        self.index = self.take_rank(msg.rank)
+        log.info("generator %d: a replacement, outside the MPI world", self.index)
+        return True
 
     async def _update(self, gen, version: int) -> WeightsLoaded:
         """Load `version`. A broken transfer (a member of the weight group died) is reported, not
@@ -174,8 +198,9 @@ class GeneratorRank:
                 fault.check("generator", self.index, "update")
                 self.chan.send(CONTROLLER_RANK, UpdateBegun(self.chan.rank, msg.version))
                 held: list[GenerateRequest] = []
-                if msg.generators != self.members:
+                if msg.group != self.group:
                     await self._join_weight_groups(gen, held)
+                    self.group = msg.group
                 self.chan.send(CONTROLLER_RANK, await self._update(gen, msg.version))
                 for request in held:
                     self._submit(gen, request)
@@ -188,7 +213,8 @@ class GeneratorRank:
 def bind_gpus(cfg: ExperimentConfig, index: int, env: MutableMapping[str, str]) -> str | None:
     """Set CUDA_VISIBLE_DEVICES in `env` to generator `index`'s GPUs of the plan; returns the value
     set (None on the CPU profile, where nothing changes). Under srun the task's node-local id must
-    be the plan's slot, or the plan's GPUs would be another task's."""
+    be the plan's slot, or the plan's GPUs would be another task's. (A spare is a step of its
+    own, given its GPUs by srun: it keeps what it sees.)"""
     p = placements(cfg)[generator_ranks(cfg)[index]]
     value = generator_visible_devices(p, env.get("CUDA_VISIBLE_DEVICES"))
     if value is None:
@@ -203,8 +229,10 @@ def bind_gpus(cfg: ExperimentConfig, index: int, env: MutableMapping[str, str]) 
     return value
 
 
-def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
-    seen = bind_gpus(plan.config, index, os.environ)
-    if seen is not None:
-        log.info("generator %d: CUDA_VISIBLE_DEVICES=%s", index, seen)
-    asyncio.run(GeneratorRank(plan, chan, index).main())
+def run(plan: LaunchPlan, chan: Mailbox, index: int | None, take_rank: Callable[[int], int] | None = None) -> None:
+    """Generator `index`, or with None a spare that becomes one through `take_rank`."""
+    if index is not None:
+        seen = bind_gpus(plan.config, index, os.environ)
+        if seen is not None:
+            log.info("generator %d: CUDA_VISIBLE_DEVICES=%s", index, seen)
+    asyncio.run(GeneratorRank(plan, chan, index, take_rank).main())

@@ -103,8 +103,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
     stage, leader = engine.ranks.pp_rank, engine.is_stage_leader
     # The stage leader's weight group and its generator ranks; groups of earlier generators (one
     # of them lost) are kept, not torn down: a teardown may wait for the dead member.
-    receivers = tuple(generator_ranks(cfg))
-    sender = _weight_sender(plan, chan, stage, receivers) if leader else None
+    group = 0  # the weight groups' number (UpdateWeights.group); group 0 is made at start
+    sender = _weight_sender(plan, chan, stage, tuple(generator_ranks(cfg))) if leader else None
     retired = []
     chan.send(CONTROLLER_RANK, WorkerReady(chan.rank, Role.TRAINER))
     log.info("trainer rank %d ready at version %d", index, engine.version)
@@ -120,14 +120,14 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
         elif isinstance(msg, UpdateWeights):
             if msg.version != engine.version:
                 raise RuntimeError(f"asked to send version {msg.version} but the trainer is at {engine.version}")
-            if leader and (sender is None or msg.generators != receivers):
-                # A generator was lost: a new group of the others (the old one has a dead member,
-                # whose socket a collective would fail on).
+            if leader and msg.group != group:
+                # New members (a generator lost or a replacement joined) or a broken round: a new
+                # group (the old one may have a dead member, whose socket a collective would fail on).
                 if sender is not None:
                     retired.append(sender)
                 log.info("stage %d: new weight group of generator ranks %s", stage, ",".join(map(str, msg.generators)))
                 sender = _weight_sender(plan, chan, stage, msg.generators)
-                receivers = msg.generators
+            group = msg.group
             bucket_bytes = cfg.generator.weight_bucket_bytes
             buckets = engine.iter_hf_weights(bucket_bytes)
             if sender is not None:  # streamed: a bucket is gathered while the previous one is on the wire
@@ -137,6 +137,9 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
                     # receives end at once instead of waiting out the group's timeout.
                     sender = None
                 chan.send(CONTROLLER_RANK, sent)
+            elif leader:  # rank 0 numbers a broken round's next groups anew: a bug if not
+                raise RuntimeError(f"stage {stage}: asked to send version {msg.version} through weight groups"
+                                   f" {msg.group}, which broke in an earlier round")
             else:
                 for _ in buckets:  # the stage's other TP ranks take part in the gather
                     pass

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import logging
 import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 
 from areal_hpc.errors import UserError
 from areal_hpc.metrics.library_logs import quiet_libraries
@@ -25,19 +27,18 @@ from areal_hpc.runtime.failure import abort_job, reason_of, worker_failed
 from areal_hpc.wire.layout import Role, role_of
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.lifeline import hold as hold_lifeline
+from areal_hpc.wire.link import LinkChannel
 from areal_hpc.wire.messages import LaunchPlan, Shutdown
 from areal_hpc.wire.network import node_address, socket_env
 from areal_hpc.wire.stacks import dump_stacks_on_signal
 from areal_hpc.wire.start_timeout import START_TIMEOUT_ENV, start_deadline, start_timeout_s
-from areal_hpc.wire.transport import Channel
+from areal_hpc.wire.transport import Channel, Mailbox
 
 USER_ERROR_EXIT = 2
 
 
-def _logging(level: str, rank: int, role: str) -> None:
-    logging.basicConfig(
-        level=level, format=f"%(asctime)s [rank {rank} {role}] %(name)s: %(message)s", force=True
-    )
+def _logging(level: str, who: str) -> None:
+    logging.basicConfig(level=level, format=f"%(asctime)s [{who}] %(name)s: %(message)s", force=True)
     if level != "DEBUG":
         quiet_libraries()
 
@@ -75,7 +76,7 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         traceback.print_exc()
         abort_job(chan.comm, f"rank 0 ({Role.CONTROLLER}) failed before the launch: {reason_of(e)}")
         raise
-    _logging(plan.config.logging.level, 0, Role.CONTROLLER)
+    _logging(plan.config.logging.level, f"rank 0 {Role.CONTROLLER}")
     # The prompts and the config live for the whole run: keep them out of every full garbage
     # collection, whose cost would otherwise grow with the data set on rank 0's event loop.
     gc.freeze()
@@ -92,6 +93,21 @@ def _controller(chan: Channel, config: str, overrides: list[str]) -> int:
         raise
 
 
+def _take_rank(chan: Mailbox, plan: LaunchPlan, rank: int) -> int:
+    """Become worker `rank` of the plan: log as it and hold its lifeline; returns its role's index."""
+    chan.rank = rank
+    role, index = role_of(plan.config, rank)
+    _logging(plan.config.logging.level, f"rank {rank} {role} {index}")
+    hold_lifeline(plan.lifeline, plan.lifeline_secret, rank, lambda: chan.shutdown_seen)
+    return index
+
+
+def _socket_env(plan: LaunchPlan) -> None:
+    """Before any process group: gloo and NCCL read their interface when a group is made."""
+    interface = plan.config.cluster.network_interface
+    os.environ.update(socket_env(interface, node_address(interface, toward=plan.lifeline[0]), os.environ))
+
+
 def _worker(chan: Channel, start_timeout: float) -> int:
     _worker_signals()
     try:
@@ -104,13 +120,10 @@ def _worker(chan: Channel, start_timeout: float) -> int:
         return USER_ERROR_EXIT
     if not isinstance(msg, LaunchPlan):
         raise RuntimeError(f"rank {chan.rank}: expected the launch plan, got {msg!r:.200}")
-    role, index = role_of(msg.config, chan.rank)
-    _logging(msg.config.logging.level, chan.rank, f"{role} {index}")
-    hold_lifeline(msg.lifeline, msg.lifeline_secret, chan.rank, lambda: chan.shutdown_seen)
+    index = _take_rank(chan, msg, chan.rank)
+    role = role_of(msg.config, chan.rank)[0]
     try:
-        # Before any process group: gloo and NCCL read their interface when a group is made.
-        interface = msg.config.cluster.network_interface
-        os.environ.update(socket_env(interface, node_address(interface, toward=msg.lifeline[0]), os.environ))
+        _socket_env(msg)
         if role is Role.TRAINER:
             from areal_hpc.runtime import trainer_rank
 
@@ -121,6 +134,56 @@ def _worker(chan: Channel, start_timeout: float) -> int:
             generator_rank.run(msg, chan, index)
     except BaseException as e:
         worker_failed(chan, role, index, e)
+    return 0
+
+
+def run_replacement(run_dir: str) -> int:
+    """A replacement generator, outside the MPI world: reach the running job's rank 0 through
+    RUN_DIR/join.json, take the launch plan, start an engine and a reward pool, wait as a spare
+    until rank 0 offers a lost generator's rank, then be that generator. Exit 0 when the run
+    ends, also before an offer came."""
+    from areal_hpc.runtime.replacements import JOIN_FILE
+
+    path = Path(run_dir) / JOIN_FILE
+    try:
+        info = json.loads(path.read_text())
+        address = (str(info["address"][0]), int(info["address"][1]))
+        secret = str(info["secret"])
+    except FileNotFoundError:
+        print(f"error: {path} not found: no run that takes replacements is running in {run_dir}"
+              " (rollout.max_replacements = 0, or it ended)", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        print(f"error: {path} is not a join file of areal-hpc: {e}", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    _worker_signals()
+    dump_stacks_on_signal()
+    try:
+        chan = LinkChannel.connect(address, secret)
+    except OSError as e:
+        print(f"error: cannot reach rank 0 at {address[0]}:{address[1]} ({path}): {e}; the run has ended or"
+              " its node is unreachable from here", file=sys.stderr, flush=True)
+        return 1
+    try:
+        _, plan = chan.recv(0)
+    except ConnectionError as e:
+        print(f"spare: {e}", file=sys.stderr, flush=True)
+        return 0
+    if isinstance(plan, Shutdown):
+        print(f"spare: not needed: {plan.reason}", file=sys.stderr, flush=True)
+        return 0
+    if not isinstance(plan, LaunchPlan):
+        raise RuntimeError(f"spare: expected the launch plan, got {plan!r:.200}")
+    _logging(plan.config.logging.level, "spare")
+    logging.getLogger(__name__).info("joined the run in %s: starting an engine, then waiting for a generator's place",
+                                     run_dir)
+    from areal_hpc.runtime import generator_rank
+
+    try:
+        _socket_env(plan)
+        generator_rank.run(plan, chan, None, lambda rank: _take_rank(chan, plan, rank))
+    except BaseException as e:
+        worker_failed(chan, Role.GENERATOR, role_of(plan.config, chan.rank)[1] if chan.rank > 0 else -1, e)
     return 0
 
 

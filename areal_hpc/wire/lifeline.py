@@ -16,7 +16,8 @@ A line counts only once it has said who it is: the job's secret (made by rank 0,
 workers in the launch plan) and a rank of this job not already held. Anything else on the port (a
 port scanner, another job, a stranger) is dropped without effect: a wrong greeting at once, a
 silent or slow one after HELLO_TIMEOUT_S, and at most MAX_UNNAMED are kept waiting, so a flood
-cannot use up rank 0's descriptors. The server polls with the platform's selector (epoll on
+cannot use up rank 0's descriptors. A spare generator greets with the rank JOIN instead: its
+connection is handed over (`joins`) to become its message link (wire/link.py). The server polls with the platform's selector (epoll on
 Linux), whose cost per call is the number of lines that changed, not the number held (select()
 also fails once a descriptor number passes 1024; a 513-rank job on one node's rank 0 gets there).
 """
@@ -48,6 +49,9 @@ BACKLOG = 4096
 SECRET_BYTES = 16
 # The one byte rank 0 sends on a line: this rank is dropped from the run (it hung); leave.
 CUT = b"C"
+# The rank a replacement generator greets with on the connection that becomes its message link
+# (wire/link.py): it has no rank until rank 0 offers it a lost generator's.
+JOIN = -1
 _RANK = struct.Struct("!i")
 GREETING_BYTES = SECRET_BYTES + _RANK.size
 
@@ -81,6 +85,7 @@ class LifelineServer:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._lines: dict[socket.socket, int] = {}  # named line -> its rank
+        self._joins: list[socket.socket] = []  # greeted as JOIN, not yet taken
         self._held: set[int] = set()
         # Accepted, greeting not yet (fully) received: line -> (bytes so far, accepted at).
         self._unnamed: dict[socket.socket, tuple[bytes, float]] = {}
@@ -142,7 +147,15 @@ class LifelineServer:
             self._unnamed[line] = (got, since)
             return
         (rank,) = _RANK.unpack(got[SECRET_BYTES:])
-        if not hmac.compare_digest(got[:SECRET_BYTES], self._key) or rank not in self._ranks or rank in self._held:
+        if not hmac.compare_digest(got[:SECRET_BYTES], self._key):
+            self._drop(line)
+            return
+        if rank == JOIN:
+            del self._unnamed[line]
+            self._selector.unregister(line)
+            self._joins.append(line)
+            return
+        if rank not in self._ranks or rank in self._held:
             self._drop(line)
             return
         del self._unnamed[line]
@@ -171,6 +184,12 @@ class LifelineServer:
         self._selector.unregister(line)
         line.close()
 
+    def joins(self) -> list[socket.socket]:
+        """Connections that greeted with the job's secret as JOIN since the last call: replacement
+        generators, each line now theirs to use as a message link (non-blocking)."""
+        taken, self._joins = self._joins, []
+        return taken
+
     def cut(self, rank: int) -> None:
         """Tell worker `rank` it is dropped from the run, so its process leaves; `ended` reports
         it once it is gone, as any other. A line already gone is left to `ended`."""
@@ -186,6 +205,9 @@ class LifelineServer:
         for line in [*self._lines, *self._unnamed]:
             self._selector.unregister(line)
             line.close()
+        for line in self._joins:
+            line.close()
+        self._joins.clear()
         self._lines.clear()
         self._unnamed.clear()
         self._held.clear()
@@ -193,10 +215,9 @@ class LifelineServer:
         self._listener.close()
 
 
-def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callable[[], bool]) -> socket.socket:
-    """A worker's end: connect to rank 0, say who it is, and watch the line in a daemon thread. If
-    rank 0 goes away while `expected_end()` is false, or cuts the line (CUT), print why and leave at
-    once with exit code 1, whatever the main thread is doing."""
+def connect(address: tuple[str, int], secret: str, rank: int) -> socket.socket:
+    """A connection to rank 0's lifeline port that has greeted as `rank` (JOIN: a spare), trying
+    for CONNECT_TIMEOUT_S while rank 0 is not listening yet."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
@@ -207,6 +228,14 @@ def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callabl
                 raise
             time.sleep(0.5)
     line.sendall(greeting(secret, rank))
+    return line
+
+
+def hold(address: tuple[str, int], secret: str, rank: int, expected_end: Callable[[], bool]) -> socket.socket:
+    """A worker's end: connect to rank 0, say who it is, and watch the line in a daemon thread. If
+    rank 0 goes away while `expected_end()` is false, or cuts the line (CUT), print why and leave at
+    once with exit code 1, whatever the main thread is doing."""
+    line = connect(address, secret, rank)
     line.settimeout(None)
 
     def watch() -> None:

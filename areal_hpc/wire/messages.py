@@ -183,11 +183,13 @@ class StepDone:
 class UpdateWeights:
     """Controller -> every trainer rank (through its replica's root) and every live generator: move
     `version`'s weights now (trainer stage leaders send, the other trainer ranks help gather) to
-    `generators`. When that set differs from the weight groups' members (a generator was lost),
-    each stage leader first makes a new group of them (a new WeightGroupAddress) and they join it."""
+    `generators` through weight groups number `group`. When that number is new (the members
+    changed, or a round of the last groups broke), each stage leader first makes a new group of
+    them (a new WeightGroupAddress) and they join it: both sides decide by the number alone."""
 
     version: int
     generators: tuple[int, ...]
+    group: int = 0
 
 
 @dataclass
@@ -266,6 +268,14 @@ class LaunchPlan:
     # (areal_hpc/wire/lifeline.py).
     lifeline: tuple[str, int] | None = None
     lifeline_secret: str = ""
+
+
+@dataclass
+class JoinOffer:
+    """Controller -> a spare generator that joined the running job (over its link, wire/link.py;
+    it got the LaunchPlan when it joined): take the place of lost generator rank `rank`."""
+
+    rank: int
 
 
 @dataclass

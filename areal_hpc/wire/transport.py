@@ -38,7 +38,34 @@ def decode(data: bytes, buffers: list) -> object:
     return pkl5.pickle.loads_oob(data, buffers)
 
 
-class Channel:
+class Mailbox:
+    """Whatever delivers a rank's messages: `poll` is the transport's; waiting is the same for all."""
+
+    rank: int
+    shutdown_seen: bool
+
+    def send(self, dest: int, msg: object) -> None:
+        raise NotImplementedError
+
+    def poll(self, source: int | None = None) -> tuple[int, object] | None:
+        raise NotImplementedError
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        raise NotImplementedError
+
+    def recv(self, source: int | None = None, timeout: float | None = None) -> tuple[int, object]:
+        """Wait for the next message from `source`, sleeping between probes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            got = self.poll(source)
+            if got is not None:
+                return got
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: no message from rank {source} in {timeout} s")
+            time.sleep(POLL_S)
+
+
+class Channel(Mailbox):
     def __init__(self, comm: Any) -> None:
         from mpi4py.util import pkl5
 
@@ -85,17 +112,6 @@ class Channel:
             self.shutdown_seen = True
             self.finalize = msg.finalize
         return sender, msg
-
-    def recv(self, source: int | None = None, timeout: float | None = None) -> tuple[int, object]:
-        """Wait for the next message from `source`, sleeping between probes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            got = self.poll(source)
-            if got is not None:
-                return got
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.rank}: no message from rank {source} in {timeout} s")
-            time.sleep(POLL_S)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued send completed; False on timeout."""

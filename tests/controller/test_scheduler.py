@@ -206,11 +206,58 @@ def test_a_lost_generators_prompts_go_to_the_others_once_and_updates_stop_waitin
     train = s.poll()
     assert kinds(train) == [Train] and [g.prompt_id for g in train[0].groups] == [0, 1]
     done = s.on_step_done(1)
-    assert done[1] == SyncWeights(1, (4,))
+    assert done[1] == SyncWeights(1, (4,), group=1)  # new members: new groups
     s.on_weights_sent(0, 1, {"w": "x"})
     assert kinds(s.on_weights_loaded(4, 1, {"w": "x"})) == [WeightsVerified, SyncFinished]
     with pytest.raises(RuntimeError, match="not a live generator"):
         s.lose_generator(5)
+
+
+def test_a_replacement_joins_at_the_next_update_and_gets_prompts_once_it_serves_that_version():
+    s = make(eta=1, b=2, k=2, total=3)
+    s.start_training()
+    s.poll()
+    s.lose_generator(5)
+    s.join_generator(5)  # a new process took rank 5
+    assert s.alive == (4,) and s.generators.load == {4: 4}
+    finish(s, list(s.where.values()))
+    s.poll()
+    assert s.on_step_done(1)[1] == SyncWeights(1, (4, 5), group=1)  # the replacement is in the update
+    submits = [c for c in s.poll() if isinstance(c, Submit)]
+    assert submits and all(c.generator == 4 for c in submits)  # not given prompts before it serves version 1
+    s.on_weights_sent(0, 1, {"w": "x"})
+    assert kinds(s.on_weights_loaded(4, 1, {"w": "x"})) == [WeightsVerified]  # waits for the replacement
+    assert kinds(s.on_weights_loaded(5, 1, {"w": "x"})) == [WeightsVerified, SyncFinished]
+    assert s.alive == (4, 5) and s.joining == set() and s.served[5] == 1
+    assert s.generators.least_loaded() == 5 and s.lost == [5]
+    with pytest.raises(RuntimeError, match="in the run already"):
+        s.join_generator(5)
+
+
+def test_a_round_that_broke_retires_its_groups_even_when_the_members_are_the_same_again():
+    """Generator 5 dies mid-transfer and a replacement takes rank 5 before the round is settled:
+    the members are the same as before, but the groups broke, so every side makes new ones."""
+    s = make()
+    assert s.sync_weights() == [SyncWeights(0, (4, 5), group=0)]
+    s.on_weights_sent(0, 0, {}, error="Connection reset by peer")
+    s.lose_generator(5)
+    s.join_generator(5)
+    assert s.on_weights_loaded(4, 0, {}, error="Connection reset by peer") == [SyncWeights(0, (4, 5), group=1)]
+    s.on_weights_sent(0, 0, {"w": "x"})
+    s.on_weights_loaded(4, 0, {"w": "x"})
+    assert kinds(s.on_weights_loaded(5, 0, {"w": "x"})) == [WeightsVerified, SyncFinished]
+    assert s.sync_weights() == [SyncWeights(0, (4, 5), group=1)]  # unbroken, same members: kept
+
+
+def test_a_replacement_lost_before_it_served_leaves_the_update_and_hands_on_nothing():
+    s = make()
+    s.lose_generator(5)
+    s.join_generator(5)
+    assert s.sync_weights() == [SyncWeights(0, (4, 5), group=1)]  # rank 5 is another process now
+    s.on_weights_sent(0, 0, {"w": "x"})
+    s.on_weights_loaded(4, 0, {"w": "x"})
+    assert kinds(s.lose_generator(5)) == [SyncFinished]
+    assert s.alive == (4,) and s.joining == set() and s.lost == [5] and not s.stop_requested
 
 
 def test_an_update_in_flight_finishes_without_the_lost_generator():
@@ -241,7 +288,7 @@ def test_an_update_broken_by_a_lost_member_is_done_again_without_it():
     assert s.on_weights_sent(0, 0, {}, error="Connection reset by peer") == []
     assert s.on_weights_loaded(4, 0, {}, error="Connection reset by peer") == []
     again = s.lose_generator(5)  # every live party reported: a new round, without it
-    assert again == [SyncWeights(0, (4,))] and s.syncing
+    assert again == [SyncWeights(0, (4,), group=1)] and s.syncing
     s.on_weights_sent(0, 0, {"w": "x"})
     assert kinds(s.on_weights_loaded(4, 0, {"w": "x"})) == [WeightsVerified, SyncFinished]
     with pytest.raises(RuntimeError, match="no such update"):
@@ -253,7 +300,7 @@ def test_a_round_waits_for_every_live_party_before_it_is_done_again():
     s.sync_weights()
     s.on_weights_loaded(4, 0, {"w": "x"})  # received everything before the sender failed
     assert s.on_weights_sent(0, 0, {}, error="broken") == []  # generator 5 has not reported
-    assert s.lose_generator(5) == [SyncWeights(0, (4,))]
+    assert s.lose_generator(5) == [SyncWeights(0, (4,), group=1)]
 
 
 def test_a_broken_update_behind_a_newer_step_is_left_to_that_steps_update():
@@ -268,7 +315,7 @@ def test_a_broken_update_behind_a_newer_step_is_left_to_that_steps_update():
     s.on_weights_loaded(4, 1, {}, error="broken")
     again = s.lose_generator(5)
     assert kinds(again) == [Submit] * len(again) and not s.syncing  # not sent again: the trainer moved on
-    assert s.on_step_done(2)[1] == SyncWeights(2, (4,))
+    assert s.on_step_done(2)[1] == SyncWeights(2, (4,), group=1)
 
 
 def test_the_next_update_waits_until_a_broken_one_is_settled():
@@ -282,7 +329,7 @@ def test_the_next_update_waits_until_a_broken_one_is_settled():
     assert s.on_step_done(2)[1:] == [] and s.sync_due  # no update to a group with it again
     s.on_weights_loaded(4, 1, {}, error="broken")
     out = s.lose_generator(5)
-    assert SyncWeights(2, (4,)) in out and not s.sync_due
+    assert SyncWeights(2, (4,), group=1) in out and not s.sync_due
 
 
 def test_fewer_than_min_generators_left_checkpoints_and_stops():

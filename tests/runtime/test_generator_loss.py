@@ -5,11 +5,18 @@ other one and trains every step, every prompt exactly once, and says so."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
-from mpi_jobs import run_job
+from job_processes import MARKER, environ, job_pids
+from mpi_jobs import job_command, job_env, run_job
 
 from areal_hpc.launch import mpiexec_surviving_loss
 
@@ -137,3 +144,88 @@ def test_a_failed_and_a_hung_generator_are_dropped_and_the_run_goes_on(tmp_path,
     assert steps[-1]["generators_alive"] == 1
     ids = [pid for e in read_jsonl(tmp_path / "ledger.jsonl") for pid in e["prompt_ids"]]
     assert len(ids) == len(set(ids)) == STEPS * B
+
+
+SERVED = re.compile(r"rank 3 \(generator 1\) \(a replacement\) serves version (\d+): 2 of 2 generators")
+
+
+def rank_pid(marker: str, rank: int) -> int | None:
+    """The process of MPI rank `rank` of the job (the leader of its process group)."""
+    for pid in job_pids(marker):
+        env = environ(Path(f"/proc/{pid}")) or []
+        try:
+            if f"PMI_RANK={rank}".encode() in env and os.getpgid(pid) == pid:
+                return pid
+        except ProcessLookupError:
+            continue
+    return None
+
+
+def wait_for(what: str, done, seconds: float, proc: subprocess.Popen, output: Path) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}; the job's output ended:\n{output.read_text()[-5000:]}")
+        time.sleep(0.2)
+
+
+def test_a_spare_joins_the_running_job_in_a_lost_generators_place(tmp_path, tiny_model_dir):
+    """A spare started beside the job (`python -m areal_hpc.launch --join RUN_DIR`, outside the
+    MPI world: it reaches rank 0 through RUN_DIR/join.json) starts its engine; then generator 1
+    (rank 3) is killed. The spare takes rank 3's place, joins the next weight update, is verified
+    to serve the current version, then generates. Every step trains, every prompt once; the run
+    is stopped with SIGTERM (checkpoint and stop) once the replacement served a few steps."""
+    marker = uuid.uuid4().hex
+    run_dir = tmp_path / "run"
+    overrides = [f"logging.dir={run_dir}", f"model.path={tiny_model_dir}", "total_steps=1000", "generator.count=2",
+                 "cluster.rollout_nodes=2", "rollout.eta=2", f"rollout.batch_prompts={B}", f"rollout.group_size={GROUP}",
+                 "rollout.max_concurrent=8", "rollout.max_new_tokens=64", "data.synthetic_eval_size=4", "eval.n=2",
+                 "checkpoint.interval_steps=0", "logging.tensorboard=false"]
+    env = job_env(**{MARKER: marker})
+    log, output = tmp_path / "spare.log", tmp_path / "job.log"
+    metrics = run_dir / "metrics.jsonl"
+    with log.open("w") as spare_out, output.open("w") as job_out:
+        job = subprocess.Popen(job_command(4, overrides, mpiexec_args=tuple(mpiexec_surviving_loss(4))), env=env,
+                               stdout=job_out, stderr=subprocess.STDOUT)
+        try:
+            wait_for("the job's first record", metrics.exists, 300, job, output)
+            spare = subprocess.Popen([sys.executable, "-m", "areal_hpc.launch", "--join", str(run_dir)], env=env,
+                                     stdout=spare_out, stderr=subprocess.STDOUT)
+            # Beside the running job on 2 cores a vLLM engine takes minutes to start (24 s alone).
+            wait_for("the spare's engine", lambda: "spare ready" in log.read_text(), 900, job, output)
+            os.kill(rank_pid(marker, 3), signal.SIGKILL)
+
+            def replacement_served() -> bool:
+                served = SERVED.search(output.read_text())
+                steps = [r["step"] for r in read_jsonl(metrics) if "trained_tokens" in r]
+                return served is not None and steps[-1] >= int(served[1]) + 3
+            wait_for("3 steps with the replacement", replacement_served, 300, job, output)
+            os.kill(rank_pid(marker, 0), signal.SIGTERM)
+            job.wait(timeout=300)
+            spare.wait(timeout=60)
+        finally:
+            for pid in job_pids(marker):
+                os.kill(pid, signal.SIGKILL)
+    out, joined = output.read_text(), log.read_text()
+    assert "rank 3 (generator 1) died without reporting an error" in out, out[-5000:]
+    assert "a replacement takes the place of rank 3 (generator 1)" in out, out[-5000:] + joined[-3000:]
+    assert "rank 3 (generator 1) (a replacement) is ready" in out, out[-5000:] + joined[-3000:]
+    served = SERVED.search(out)
+    assert served, out[-5000:] + joined[-3000:]
+    samples = re.search(r"rank 3 \(replacement\): (\d+)", out)
+    assert samples and int(samples[1]) > 0, out[-3000:]
+    # Rank 0 ended normally; hydra's exit status also carries the killed rank's.
+    assert "stopped on request" in out and f"metrics: {metrics}" in out, out[-3000:]
+    assert spare.returncode == 0 and "[rank 3 generator 1]" in joined, joined[-3000:]
+    steps = [r for r in read_jsonl(metrics) if "trained_tokens" in r]
+    last = len(steps)
+    assert [r["step"] for r in steps] == list(range(1, last + 1)), out[-5000:]
+    # A warm spare serves within the step of the loss: each step's record may count 2.
+    assert steps[-1]["generators_alive"] == 2
+    lost_at = int(re.search(r"lost rank 3 \(generator 1\) at version (\d+)", out)[1])
+    assert lost_at <= int(served[1]) <= lost_at + 1, out[-5000:]
+    weights = read_jsonl(run_dir / "weights.jsonl")
+    assert {w["version"] for w in weights if w["generator_rank"] == 3} >= {int(served[1]), last}
+    ids = [pid for e in read_jsonl(run_dir / "ledger.jsonl") for pid in e["prompt_ids"]]
+    assert len(ids) == len(set(ids)) == last * B
+    assert not (run_dir / "join.json").exists()
