@@ -97,6 +97,12 @@ def wait_or_explain(proc: subprocess.Popen, marker: str, timeout: float) -> tupl
                          f"{where_they_wait(stderr)[-6000:]}\nlast output:\n" + "\n".join(text[-25:]))
 
 
+def run_script(n: int, script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`script` (Python source) run as `n` MPI ranks; the finished process, its output captured."""
+    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, "-c", script], env=job_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def run_job(n: int, overrides: list[str], timeout: float, config: str = CONFIG, mpiexec_args: tuple[str, ...] = (),
             **env: str) -> Job:
     start = time.monotonic()

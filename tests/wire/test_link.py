@@ -5,12 +5,10 @@ taken; rank 0's hub puts MPI and links behind one poll (real sockets, real mpiex
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
-from mpi_jobs import MPIEXEC, job_env
+from mpi_jobs import run_script
 
 from areal_hpc.wire.lifeline import JOIN, LifelineServer, greeting
 from areal_hpc.wire.link import Link, LinkChannel
@@ -123,6 +121,5 @@ HUB = (
 
 
 def test_the_hub_serves_mpi_and_links_alike_and_drops_a_replaced_ranks_mpi_messages():
-    proc = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-c", HUB], env=job_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = run_script(2, HUB)
     assert proc.returncode == 0 and "rank 0 ok" in proc.stdout, proc.stdout + proc.stderr

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from mpi_jobs import MPIEXEC, job_env
+from mpi_jobs import run_script
 
 RANKS = (
     "import numpy as np\n"
@@ -39,6 +36,5 @@ RANKS = (
 
 
 def test_messages_arrive_whole_and_in_order_from_each_sender():
-    proc = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-c", RANKS], env=job_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = run_script(3, RANKS)
     assert proc.returncode == 0 and "rank 0 ok" in proc.stdout, proc.stdout + proc.stderr
