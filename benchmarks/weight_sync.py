@@ -18,7 +18,7 @@ costs ~30-60 s and memory here) and the first k of them form a new group for cou
 receives from every group it has joined, so after each count its members leave the group through
 vLLM's `shutdown_weight_transfer_engine` (which closes our receiver's links; inference stays up).
 On one machine the generators' receivers share its cores, unlike generators on separate nodes;
-each engine is bound to its own core in turn (`cpu_core_for`, as the generator ranks do), so with
+each engine is bound to its own core in turn (`cpu_bind_for`, as the generator ranks do), so with
 more generators than cores two engines share one.
 
 The numbers depend on the machine's load; the JSON records the load average at the start.
@@ -47,7 +47,7 @@ import torch
 from areal_hpc.config.load import load_config
 from areal_hpc.data.tiny_model import build_tiny_model
 from areal_hpc.rollout.checkpoint_sender import CheckpointSender, read_checkpoint
-from areal_hpc.rollout.generator import Generator, cpu_core_for
+from areal_hpc.rollout.generator import Generator, cpu_bind_for
 from areal_hpc.rollout.weight_transfer import Link
 from areal_hpc.wire.device import cuda_visible
 
@@ -105,7 +105,7 @@ async def updates_by_count(model_dir: Path, counts: Sequence[int], updates: int,
     Starts max(counts) generators once; each count gets a new weight group and sender process.
     """
     cfg = load_config(CONFIG)
-    gens = [Generator(cfg, model_dir, cpu_core=cpu_core_for(i)) for i in range(max(counts))]
+    gens = [Generator(cfg, model_dir, cpu_bind=cpu_bind_for(i)) for i in range(max(counts))]
     rows, version = [], 0
     try:
         for gen in gens:

@@ -61,6 +61,25 @@ def leftovers(marker: str, groups: set[int]) -> list[int]:
     return sorted(pid for pid in found if running(pid))
 
 
+def start_time(pid: int) -> str | None:
+    """When the process started (clock ticks since boot): a pid reused later has another."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def snapshot(marker: str, groups: set[int]) -> dict[int, str | None]:
+    """The job's running processes now, with their start times: what `survivors` checks later,
+    when a requeued run of the same job (the same marker) may already have started its own."""
+    return {pid: start_time(pid) for pid in leftovers(marker, groups)}
+
+
+def survivors(before: dict[int, str | None]) -> list[int]:
+    """The processes of `before` still running (the same pid and start time)."""
+    return sorted(pid for pid, started in before.items() if running(pid) and start_time(pid) == started)
+
+
 def rank_pid(rank: int, marker: str) -> int:
     """The launcher process of MPI rank `rank` (MPICH's mpiexec and SLURM's pmi2 set PMI_RANK)."""
     for pid in job_pids(marker):

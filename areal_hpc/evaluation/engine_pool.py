@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.errors import UserError
 from areal_hpc.evaluation.engine_process import POLL_S, Failed, Finished, Prompt, Ready, serve
-from areal_hpc.rollout.generator import cpu_core_for
+from areal_hpc.rollout.generator import cpu_bind_for
 
 # Seconds an engine gets to stop after it was told to before it is killed.
 STOP_S = 30.0
@@ -31,7 +31,7 @@ class EngineSlot:
     """Where one engine runs: its environment (the GPUs it sees) and, on CPU, its core."""
 
     env: dict[str, str]
-    cpu_core: int | None = None
+    cpu_bind: str | None = None
 
 
 def visible_gpus() -> list[str]:
@@ -51,7 +51,7 @@ def plan_engines(device: str, engines: int | None, tensor_parallel: int, gpus: S
     if engines is not None and engines < 1:
         raise UserError(f"--engines {engines}: must be at least 1")
     if device == "cpu":
-        return [EngineSlot({}, cpu_core_for(i)) for i in range(engines or 1)]
+        return [EngineSlot({}, cpu_bind_for(i)) for i in range(engines or 1)]
     fit = len(gpus) // tensor_parallel
     if fit == 0:
         raise UserError(f"{len(gpus)} GPU(s) visible, an engine needs generator.tensor_parallel_size ="
@@ -85,7 +85,7 @@ class EnginePool:
         for i, slot in enumerate(self.slots):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=serve, name=f"eval-engine-{i}",
-                               args=(child, self.cfg, self.model_dir, slot.env, slot.cpu_core))
+                               args=(child, self.cfg, self.model_dir, slot.env, slot.cpu_bind))
             proc.start()
             child.close()
             self._procs.append(proc)

@@ -59,13 +59,13 @@ class Failed:
     user: bool
 
 
-def serve(conn: Connection, cfg: ExperimentConfig, model_dir: str, env: dict[str, str], cpu_core: int | None) -> None:
+def serve(conn: Connection, cfg: ExperimentConfig, model_dir: str, env: dict[str, str], cpu_bind: str | None) -> None:
     """The process's entry point: serve prompts until told to stop or the parent goes away."""
     os.environ.update(env)
     if cfg.logging.level != "DEBUG":
         quiet_libraries()
     try:
-        asyncio.run(_serve(conn, cfg, model_dir, cpu_core))
+        asyncio.run(_serve(conn, cfg, model_dir, cpu_bind))
     except UserError as e:
         conn.send(Failed(str(e), user=True))
     except Exception:  # the parent names this engine and reports the traceback
@@ -85,11 +85,11 @@ async def _forward(gen, conn: Connection) -> None:
         conn.send(Finished(t.prompt_id, t.sample_index, t.output_ids, t.finish_reason))
 
 
-async def _serve(conn: Connection, cfg: ExperimentConfig, model_dir: str, cpu_core: int | None) -> None:
+async def _serve(conn: Connection, cfg: ExperimentConfig, model_dir: str, cpu_bind: str | None) -> None:
     from areal_hpc.rollout.generator import Generator
     from areal_hpc.wire.messages import GenerateRequest
 
-    gen = Generator(cfg, model_dir, cpu_core=cpu_core)
+    gen = Generator(cfg, model_dir, cpu_bind=cpu_bind)
     try:
         await gen.start()
         conn.send(Ready())

@@ -74,26 +74,31 @@ class WeightUpdate:
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 
-def cpu_core_for(index: int) -> int | None:
-    """The core for the engine of generator `index` on a CPU node: one engine per core in turn.
+def cpu_bind_for(index: int | None) -> str | None:
+    """The binding (VLLM_CPU_OMP_THREADS_BIND) for the engine of generator `index` on a CPU node:
+    one engine per core in turn.
 
     Left to itself, vLLM binds every CPU engine of a node to the same core (measured: three
-    engines' worker threads all on core 0, so their weight updates ran one after another). None
-    when the user chose the binding with VLLM_CPU_OMP_THREADS_BIND."""
+    engines' worker threads all on core 0, so their weight updates ran one after another). A spare
+    (index None) is left unbound: the core it will serve on is the lost generator's, unknown while
+    its engine starts, and bound to another generator's core it made 0 to 3 samples a step where
+    that core's generator made hundreds. None when the user chose the binding."""
     if CPU_BIND_ENV in os.environ:
         return None
+    if index is None:
+        return "nobind"
     cores = sorted(os.sched_getaffinity(0))
-    return cores[index % len(cores)]
+    return str(cores[index % len(cores)])
 
 
 class Generator:
     """Owns one AsyncLLM engine loaded from a Hugging Face directory; use from one event loop.
 
-    `cpu_core`: in the CPU profile, the core the engine's worker threads are bound to (see
-    `cpu_core_for`); None leaves the binding to vLLM."""
+    `cpu_bind`: in the CPU profile, how the engine's worker threads are bound to cores (see
+    `cpu_bind_for`); None leaves the binding to vLLM."""
 
     def __init__(
-        self, cfg: ExperimentConfig, model_dir: str | Path, version: int = 0, cpu_core: int | None = None
+        self, cfg: ExperimentConfig, model_dir: str | Path, version: int = 0, cpu_bind: str | None = None
     ) -> None:
         mode = cfg.generator.interrupt_mode
         if mode not in INTERRUPT_MODES:
@@ -102,7 +107,7 @@ class Generator:
         self.model_dir = str(model_dir)
         self.mode = mode
         self.device = device_of(cfg)
-        self.cpu_core = cpu_core
+        self.cpu_bind = cpu_bind
         self._version = version
         self._engine = None
         self._ids = itertools.count()
@@ -162,9 +167,9 @@ class Generator:
             # logits' log-probs, which differ from it at any temperature but 1.
             logprobs_mode="processed_logprobs",
         )
-        bind = cpu and self.cpu_core is not None
+        bind = cpu and self.cpu_bind is not None
         if bind:  # read by the engine processes started now; restored for the next engine
-            os.environ[CPU_BIND_ENV] = str(self.cpu_core)
+            os.environ[CPU_BIND_ENV] = self.cpu_bind
         try:
             self._engine = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory(self.engine_stats)])
         finally:

@@ -454,6 +454,8 @@ class Controller:
             return
         if isinstance(msg, Trajectory):
             self.samples[src] = self.samples.get(src, 0) + 1
+            if src in self.replaced and self.samples[src] == 1:
+                self.progress.note(f"{self._name(src)} (a replacement) sent its first trajectory")
             if msg.prompt_id >= 0:
                 self.step_gen_tokens += len(msg.output_ids)
                 self.counters["generated_tokens"] += len(msg.output_ids)

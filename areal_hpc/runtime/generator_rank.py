@@ -121,13 +121,12 @@ class GeneratorRank:
         from transformers import AutoTokenizer
 
         from areal_hpc.reward.pool import RewardPool
-        from areal_hpc.rollout.generator import Generator, cpu_core_for
+        from areal_hpc.rollout.generator import Generator, cpu_bind_for
 
         cfg = self.cfg
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or self.plan.model_dir)
         spare = self.index is None
-        # A spare's engine takes the core after the last generator's.
-        gen = Generator(cfg, self.plan.model_dir, cpu_core=cpu_core_for(cfg.generator.count if spare else self.index))
+        gen = Generator(cfg, self.plan.model_dir, cpu_bind=cpu_bind_for(self.index))
         try:
             await gen.start()
             async with RewardPool(cfg.reward) as pool:

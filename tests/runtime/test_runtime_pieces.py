@@ -84,10 +84,11 @@ def test_a_kill_fault_dies_by_sigkill_as_the_oom_killer_kills():
 
 
 def test_cpu_engines_take_cores_in_turn_unless_the_user_binds(monkeypatch):
-    from areal_hpc.rollout.generator import CPU_BIND_ENV, cpu_core_for
+    from areal_hpc.rollout.generator import CPU_BIND_ENV, cpu_bind_for
 
     monkeypatch.delenv(CPU_BIND_ENV, raising=False)
     cores = sorted(os.sched_getaffinity(0))
-    assert [cpu_core_for(i) for i in range(2 * len(cores))] == cores * 2
+    assert [cpu_bind_for(i) for i in range(2 * len(cores))] == [str(c) for c in cores * 2]
+    assert cpu_bind_for(None) == "nobind"  # a spare, whose core is the lost generator's
     monkeypatch.setenv(CPU_BIND_ENV, "0-1")
-    assert cpu_core_for(0) is None
+    assert cpu_bind_for(0) is None

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from job_processes import MARKER, describe, job_groups, leftovers, rank_pid
+from job_processes import MARKER, describe, job_groups, rank_pid, snapshot, survivors
 from slurm_jobs import TINY, Cluster, write_script
 from warm_model import warm_model_dir
 
@@ -115,6 +115,8 @@ def test_generators_lost_are_survived_then_requeued_and_a_killed_trainer_requeue
     log = output.read_text()
     assert "rank 3 (generator 1) died without reporting an error" in log, slurm_cluster.explain(output)
     assert "1 of 2 generators left" in log and "requeueing job" not in log, slurm_cluster.explain(output)
+    # The requeued run (cred_expire 10 s here) carries the same marker: check the processes of this one.
+    before = snapshot(marker, groups)
     os.kill(rank_pid(2, marker), signal.SIGKILL)
     deadline = time.monotonic() + 120
     while "requeueing job" not in output.read_text() and time.monotonic() < deadline:
@@ -122,9 +124,9 @@ def test_generators_lost_are_survived_then_requeued_and_a_killed_trainer_requeue
     assert "rank 2 (generator 0) died without reporting an error" in output.read_text(), \
         slurm_cluster.explain(output)
     deadline = time.monotonic() + 30
-    while leftovers(marker, groups) and time.monotonic() < deadline:
+    while survivors(before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = leftovers(marker, groups)
+    left = survivors(before)
     assert not left, f"processes of the failed run were left running: {describe(left)}"
     stopped = re.search(r"stopped at version (\d+) with 0 generator\(s\) left", output.read_text())
     assert stopped, slurm_cluster.explain(output)
