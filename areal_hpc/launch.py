@@ -29,19 +29,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--join", metavar="RUN_DIR",
                    help="start a replacement generator for the job running in RUN_DIR (its logging.dir), outside"
                         " the MPI world: it takes a lost generator's place (rollout.max_replacements)")
+    p.add_argument("--spare", action="store_true",
+                   help="with CONFIG: be a warm spare of the run CONFIG describes once its rank 0 is up (its"
+                        " logging.dir), as the SLURM scripts start cluster.spare_nodes' spares")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="dotted override, e.g. --set rollout.eta=0 (repeatable)")
     args = p.parse_args(argv)
     if (args.config is None) == (args.join is None):
         p.error("give either a config (every rank of a job) or --join RUN_DIR (a replacement generator)")
+    if args.spare and args.config is None:
+        p.error("--spare needs the run's config (and its --set overrides)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from areal_hpc.runtime.world import run, run_replacement
+    from areal_hpc.runtime.world import run, run_replacement, run_spare
 
-    return run_replacement(args.join) if args.join else run(args.config, args.overrides)
+    if args.join:
+        return run_replacement(args.join)
+    return run_spare(args.config, args.overrides) if args.spare else run(args.config, args.overrides)
 
 
 if __name__ == "__mp_main__":  # this module, re-imported in a child a rank spawned (vLLM's engine)

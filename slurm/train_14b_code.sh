@@ -93,13 +93,21 @@ fi
 # lifeline end, goes on without a lost generator (rollout.min_generators) and ends the job itself,
 # through MPI_Abort, for any other lost rank.
 srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=0 "--distribution=block,NoPack")
+container_args=()
 if [[ -n ${AREAL_CONTAINER_IMAGE:-} ]]; then
-    srun_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
+    container_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
 fi
 if [[ -n ${AREAL_CONTAINER_MOUNTS:-} ]]; then
-    srun_args+=("--container-mounts=$AREAL_CONTAINER_MOUNTS")
+    container_args+=("--container-mounts=$AREAL_CONTAINER_MOUNTS")
 fi
 read -r -a extra_srun_args <<<"${AREAL_SRUN_ARGS:-}"
+# Warm spares (cluster.spare_nodes: none here): component 2 runs a step of spare generators
+# outside the MPI world. Each waits for this run's rank 0 (its join file names AREAL_RUN_ID), loads
+# its engine and waits; when a generator is lost, rank 0 offers its rank to a spare, which joins
+# the next weight update (rollout.max_replacements). Spares not needed leave when the run ends;
+# the job's end or requeue ends any still starting.
+export AREAL_RUN_ID="$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}"
+spare_args=()
 
 # GPU and NCCL settings; values already in the environment win.
 # Megatron's tensor-parallel communication overlap needs kernels queued in issue order.
@@ -155,9 +163,18 @@ remove_mpi_shm() {
 }
 remove_mpi_shm
 
+# Rank 0 (on this node) writes its exit status here: srun's also carries that of a generator that
+# was lost and survived, which would make a completed run look like a crash.
+AREAL_EXIT_FILE=$(mktemp "${TMPDIR:-/tmp}/areal-exit.XXXXXX")
+export AREAL_EXIT_FILE
 echo "areal-hpc: job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0}: ${python[*]} -m $program $config ${settings[*]} $*"
-srun "${srun_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m "$program" "$config" "${settings[@]}" "$@" &
+srun "${srun_args[@]}" "${container_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m "$program" "$config" \
+    "${settings[@]}" "$@" &
 step=$!
+if ((${#spare_args[@]})); then
+    srun "${spare_args[@]}" "${container_args[@]}" "${extra_srun_args[@]}" "${python[@]}" -m areal_hpc.launch --spare \
+        "$config" "${settings[@]}" "$@" &
+fi
 delivered=0
 while kill -0 "$step" 2>/dev/null; do
     if ((stop_requested && !delivered)); then
@@ -180,8 +197,12 @@ if kill -0 "$step" 2>/dev/null; then
     rc=1
 else
     wait "$step" || rc=$?
+    if [[ -s $AREAL_EXIT_FILE ]]; then
+        rc=$(<"$AREAL_EXIT_FILE")
+    fi
     remove_mpi_shm
 fi
+rm -f "$AREAL_EXIT_FILE"
 if ((delivered)); then
     echo "areal-hpc: stopped before the time limit (exit $rc): requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"

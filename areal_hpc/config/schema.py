@@ -169,8 +169,8 @@ class RolloutConfig:
     # below this many it checkpoints and exits for a requeue, which starts them all again.
     min_generators: int = 1
     # Replacement generators that may join the running job in all, each in a lost one's place
-    # (`python -m areal_hpc.launch --join RUN_DIR`; the SLURM scripts start them as new steps of
-    # the allocation): one joins the next weight update and serves once it holds the current
+    # (`python -m areal_hpc.launch --join RUN_DIR`; the SLURM scripts start cluster.spare_nodes'
+    # spares as a step of their own): one joins the next weight update and serves once it holds the current
     # version. 0: none; a lost generator is then only survived.
     max_replacements: int = 4
 
@@ -453,6 +453,11 @@ class ClusterConfig:
     train_nodes: int = 1
     # Nodes of component 1 (generators); generator GPUs = rollout_nodes * gpus_per_node.
     rollout_nodes: int = 1
+    # Nodes of a third component for warm spare generators (partition rollout_partition): one
+    # spare per engine's GPUs (gpus_per_node / generator.tensor_parallel_size; one a node on the
+    # CPU profile), each with its engine loaded, taking a lost generator's place within one weight
+    # update (rollout.max_replacements). 0: no spares; a lost generator is only survived.
+    spare_nodes: int = 0
     # SLURM partition of component 0.
     train_partition: str = "train"
     # SLURM partition of component 1.

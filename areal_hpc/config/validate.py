@@ -137,6 +137,7 @@ RANGES = [
     ("cluster.gpus_per_node", lambda v: v >= 1, ">= 1"),
     ("cluster.train_nodes", lambda v: v >= 1, ">= 1"),
     ("cluster.rollout_nodes", lambda v: v >= 1, ">= 1"),
+    ("cluster.spare_nodes", lambda v: v >= 0, ">= 0"),
     ("cluster.max_restarts", lambda v: v >= 0, ">= 0"),
 ]
 
@@ -379,6 +380,13 @@ def cluster_problems(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
+def _spares(cfg: ExperimentConfig) -> list[str]:
+    n = cfg.cluster.spare_nodes
+    if n and not cfg.rollout.max_replacements:
+        return [f"cluster.spare_nodes = {n}: spares need rollout.max_replacements > 0, or every spare is refused"]
+    return []
+
+
 def _files(cfg: ExperimentConfig) -> list[str]:
     problems = []
     for key in ("model.path", "model.tokenizer_path"):
@@ -415,6 +423,7 @@ def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:
         if cfg.device != "cpu":
             problems += cluster_problems(cfg)
         problems += _device_dtype(cfg)
+    problems += _spares(cfg)
     problems += _reward(cfg)
     problems += _data(cfg)
     problems += _wandb(cfg)

@@ -5,9 +5,9 @@ owner only) for `python -m areal_hpc.launch --join RUN_DIR` to find it. A proces
 a spare: rank 0 sends it the launch plan at once, and it starts its engine and reward pool while
 it waits, so a spare started ahead of a loss (by hand, or by a script) replaces a lost generator
 within one weight update, not after a model load. When a generator rank is vacant (lost, and its
-process gone), the oldest spare is offered it (JoinOffer). Under SLURM a spare is a step of the
-job's allocation: `srun --het-group=1 --ntasks=1 --overlap python -m areal_hpc.launch --join
-RUN_DIR`. At most `rollout.max_replacements` replacements are offered in a run; spares beyond
+process gone), the oldest spare is offered it (JoinOffer). Under SLURM the batch scripts start
+cluster.spare_nodes' spares as a step of a third component (`python -m areal_hpc.launch --spare
+CONFIG`). At most `rollout.max_replacements` replacements are offered in a run; spares beyond
 that are refused.
 
 Cost at any scale: one socket and one launch plan (the config: kilobytes) per spare, nothing per
@@ -28,6 +28,9 @@ from areal_hpc.wire.messages import LaunchPlan, Shutdown, WorkerFailed
 
 log = logging.getLogger(__name__)
 JOIN_FILE = "join.json"
+# Names this run of the job in the join file (the SLURM scripts set it to JOB_ID.RESTART_COUNT),
+# so that a spare started beside the ranks waits for this run's rank 0, not a crashed one's file.
+RUN_ID_ENV = "AREAL_RUN_ID"
 
 
 class Replacements:
@@ -39,7 +42,7 @@ class Replacements:
         self.run_dir = Path(run_dir).resolve()
         self.join_file = self.run_dir / JOIN_FILE
         if self.budget > 0:
-            info = {"address": list(lifelines.address), "secret": lifelines.secret}
+            info = {"address": list(lifelines.address), "secret": lifelines.secret, "run": os.environ.get(RUN_ID_ENV)}
             tmp = self.join_file.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from areal_hpc.wire.start_timeout import START_TIMEOUT_ENV, start_deadline, star
 from areal_hpc.wire.transport import Channel, Mailbox
 
 USER_ERROR_EXIT = 2
+# Where rank 0 writes its exit status for the SLURM script (see `_report_exit`).
+EXIT_FILE_ENV = "AREAL_EXIT_FILE"
 
 
 def _logging(level: str, who: str) -> None:
@@ -187,6 +190,37 @@ def run_replacement(run_dir: str) -> int:
     return 0
 
 
+def run_spare(config: str, overrides: list[str]) -> int:
+    """A warm spare of the run `config` describes, as the SLURM scripts start them beside the
+    ranks: wait until that run's rank 0 has written its join file (the one of this job, when
+    AREAL_RUN_ID names it: a crashed run's file may still be there), then join as `--join` does."""
+    from areal_hpc.config.load import load_config
+    from areal_hpc.runtime.replacements import JOIN_FILE, RUN_ID_ENV
+
+    try:
+        cfg = load_config(config, overrides)
+    except UserError as e:
+        print(f"error: spare: {e}", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    path, run_id = Path(cfg.logging.dir) / JOIN_FILE, os.environ.get(RUN_ID_ENV)
+    deadline = time.monotonic() + cfg.startup_timeout_s
+    while not _written_by(path, run_id):
+        if time.monotonic() > deadline:
+            print(f"error: spare: no {path} of run {run_id} within startup_timeout_s = {cfg.startup_timeout_s:g} s:"
+                  " its rank 0 did not start", file=sys.stderr, flush=True)
+            return 1
+        time.sleep(1)
+    return run_replacement(str(path.parent))
+
+
+def _written_by(path: Path, run_id: str | None) -> bool:
+    """Whether `path` is a join file of run `run_id` (of any run when None)."""
+    try:
+        return run_id is None or json.loads(path.read_text()).get("run") == run_id
+    except (OSError, ValueError, AttributeError):  # not there yet, or being replaced
+        return False
+
+
 def run(config: str, overrides: list[str]) -> int:
     """The whole life of this MPI rank; returns its exit code."""
     try:
@@ -199,10 +233,27 @@ def run(config: str, overrides: list[str]) -> int:
 
     dump_stacks_on_signal()
     chan = Channel(MPI.COMM_WORLD)
-    code = _controller(chan, config, overrides) if chan.rank == 0 else _worker(chan, start_timeout)
+    if chan.rank == 0:
+        code = _controller(chan, config, overrides)
+        _report_exit(code)
+    else:
+        code = _worker(chan, start_timeout)
     if not chan.finalize:
         _exit_without_finalize(code)
     return code
+
+
+def _report_exit(code: int) -> None:
+    """Write rank 0's exit status where the SLURM script reads it (AREAL_EXIT_FILE, on the batch
+    node where rank 0 runs): srun's status also carries that of a generator lost and survived, and
+    a run that completed after a loss would be requeued as a crash. An abort writes nothing, and
+    the script falls back to srun's status."""
+    path = os.environ.get(EXIT_FILE_ENV)
+    if path:
+        try:
+            Path(path).write_text(f"{code}\n")
+        except OSError as e:  # e.g. in a container that does not see the batch node's /tmp
+            logging.getLogger(__name__).warning("cannot write the exit status to %s (%s): %s", path, EXIT_FILE_ENV, e)
 
 
 def _exit_without_finalize(code: int) -> None:

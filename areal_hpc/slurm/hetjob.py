@@ -14,7 +14,8 @@ from areal_hpc.wire.layout import Placement, plan
 
 @dataclass(frozen=True)
 class Component:
-    """One het-job component: 0 holds the controller and the trainers, 1 the generators."""
+    """One het-job component: 0 holds the controller and the trainers, 1 the generators, 2 (if
+    any) the warm spare generators."""
 
     index: int
     partition: str
@@ -56,3 +57,13 @@ def components(cfg: ExperimentConfig) -> tuple[Component, Component]:
         counts = tuple(nodes.count(n) for n in range(max(nodes) + 1))
         out.append(Component(index, partition, counts, gpn))
     return out[0], out[1]
+
+
+def spare_component(cfg: ExperimentConfig) -> Component | None:
+    """The spares' component (cluster.spare_nodes), outside the MPI world: one spare per engine's
+    GPUs of a node, one a node on the CPU profile; None without spare nodes."""
+    if not cfg.cluster.spare_nodes:
+        return None
+    gpn = cfg.cluster.gpus_per_node if uses_gpus(cfg) else 0
+    per_node = gpn // cfg.generator.tensor_parallel_size if gpn else 1
+    return Component(2, cfg.cluster.rollout_partition, (per_node,) * cfg.cluster.spare_nodes, gpn)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.slurm.hetjob import Component, components
+from areal_hpc.slurm.hetjob import Component, components, spare_component
 from areal_hpc.slurm.plan_report import count
 
 TEMPLATE = Path(__file__).with_name("hetjob.sh.in")
@@ -28,12 +28,24 @@ def _sbatch_lines(c: Component) -> str:
     return "\n".join(f"#SBATCH {line}" for line in lines)
 
 
+def _spare_srun_args(cfg: ExperimentConfig, spares: Component) -> list[str]:
+    """srun options of the spares' step: every task of component 2, each with one engine's GPUs."""
+    args = ["--het-group=2", "--mpi=none", "--kill-on-bad-exit=0", f"--ntasks-per-node={spares.tasks_per_node[0]}"]
+    if spares.gpus_per_node:
+        args.append(f"--gpus-per-task={cfg.generator.tensor_parallel_size}")
+    return args
+
+
 def arithmetic(cfg: ExperimentConfig) -> str:
     """The header's comment lines: how the nodes, GPUs and ranks of each component add up."""
     train, rollout = components(cfg)
     t, g = cfg.trainer, cfg.generator
     trainers = f"{count(cfg.trainer_world, 'trainer rank')} (tp {t.tp} x pp {t.pp} x dp {t.dp})"
     first = f", {train.tasks_per_node[0]} on the first node" if train.nodes > 1 else ""
+    spares = spare_component(cfg)
+    spare_line = (f"\n#   component 2, partition {spares.partition}: {count(spares.nodes, 'node')},"
+                  f" {count(spares.tasks, 'warm spare generator')} (cluster.spare_nodes; outside the MPI world)"
+                  if spares else "")
     if not train.gpus_per_node:
         return "\n".join([
             f"# {cfg.name}: CPU profile (device: cpu), no GPUs; one MPI world of {cfg.world_size} ranks,"
@@ -43,7 +55,7 @@ def arithmetic(cfg: ExperimentConfig) -> str:
             f"#     + {trainers}",
             f"#   component 1, partition {rollout.partition}: {count(rollout.tasks, 'task')} ="
             f" {count(g.count, 'generator rank')} (vLLM engines)",
-        ])
+        ]) + spare_line
     gpn = train.gpus_per_node
     return "\n".join([
         f"# {cfg.name}: one heterogeneous job, {train.nodes + rollout.nodes} nodes x {gpn} GPUs ="
@@ -57,7 +69,7 @@ def arithmetic(cfg: ExperimentConfig) -> str:
         f"#     = {count(g.count, 'generator rank')} (vLLM engines) x {count(g.tensor_parallel_size, 'GPU')}"
         f" (tensor parallel), {gpn // g.tensor_parallel_size} per node: {count(rollout.tasks, 'task')}.",
         f"#   Training : generation GPUs = {train.gpus} : {rollout.gpus}.",
-    ])
+    ]) + spare_line
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -76,6 +88,7 @@ def render(cfg: ExperimentConfig, config_path: str, overrides: Sequence[str] = (
     program as --set options; `script_path` is how the header names the script itself.
     """
     train, rollout = components(cfg)
+    spares = spare_component(cfg)
     settings = [arg for item in overrides for arg in ("--set", item)]
     values = {
         "config": config_path,
@@ -91,5 +104,8 @@ def render(cfg: ExperimentConfig, config_path: str, overrides: Sequence[str] = (
         "train_partition": train.partition,
         "rollout_partition": rollout.partition,
         "settings": " ".join(shlex.quote(a) for a in settings),
+        "component2": f"\n#SBATCH hetjob\n{_sbatch_lines(spares)}" if spares else "",
+        "spare_note": f": {count(spares.tasks, 'spare')} here" if spares else ": none here",
+        "spare_srun_args": " ".join(_spare_srun_args(cfg, spares)) if spares else "",
     }
     return fill(TEMPLATE.read_text(), values)

@@ -73,3 +73,25 @@ def test_template_placeholders_all_filled() -> None:
     assert not re.search(r"\{\{\w+\}\}", text)
     with pytest.raises(KeyError, match="config"):
         fill(TEMPLATE.read_text(), {})
+
+
+def test_spare_nodes_add_a_component_of_warm_spares() -> None:
+    """cluster.spare_nodes=1 at code-32b: a third component of one 8-GPU node, two spares of a
+    tensor-parallel-4 engine, started as a step of their own with one engine's GPUs each."""
+    cfg = load_config("configs/experiments/code-32b.yaml", ["cluster.spare_nodes=1"])
+    text = render(cfg, "configs/experiments/code-32b.yaml", ["cluster.spare_nodes=1"])
+    sections = sbatch_sections(text)
+    assert len(sections) == 3
+    assert sections[2] == ["--partition=rollout", "--nodes=1", "--ntasks=2", "--gpus-per-node=8", "--exclusive"]
+    assert "component 2, partition rollout: 1 node, 2 warm spare generators" in text
+    assert ("spare_args=(--het-group=2 --mpi=none --kill-on-bad-exit=0 --ntasks-per-node=2 --gpus-per-task=4)"
+            in text)
+    plain = render(load_config("configs/experiments/code-32b.yaml"), "configs/experiments/code-32b.yaml")
+    assert len(sbatch_sections(plain)) == 2 and "spare_args=()" in plain
+
+
+def test_spare_nodes_need_replacements() -> None:
+    from areal_hpc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cluster.spare_nodes = 1: spares need rollout.max_replacements > 0"):
+        load_config("configs/experiments/tiny-cpu.yaml", ["cluster.spare_nodes=1", "rollout.max_replacements=0"])

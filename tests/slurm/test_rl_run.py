@@ -152,3 +152,44 @@ def test_generators_lost_are_survived_then_requeued_and_a_killed_trainer_requeue
     assert alive[0] == 2 and 1 in alive and alive[-1] == 2, alive
     ids = [pid for e in read_records(run_dir / "ledger.jsonl") for pid in e["prompt_ids"]]
     assert len(ids) == len(set(ids)), "a prompt was trained twice"
+
+
+@pytest.mark.faults
+def test_a_warm_spare_of_the_script_takes_a_lost_generators_place(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    """cluster.spare_nodes=1: the script starts a spare generator on a third component, outside the
+    MPI world; it waits for this run's rank 0 and loads its engine. kill -9 of generator 1 then:
+    the spare takes rank 3, joins the next weight update and generates. SIGTERM to rank 0 stops the
+    run (a checkpoint, exit 0: no requeue), the spare leaves with it, and every component completes
+    with every step and every prompt trained once."""
+    marker = uuid.uuid4().hex
+    job, run_dir, output = submit_run(slurm_cluster, tmp_path, "generator.count=2", "cluster.spare_nodes=1",
+                                      "total_steps=1000", **{MARKER: marker})
+    deadline = time.monotonic() + 900  # beside the running job on 2 cores a spare's engine takes minutes
+    while not output.is_file() or "spare ready" not in output.read_text() or not trained_steps(run_dir):
+        states = [c["JobState"] for c in slurm_cluster.components(job)]
+        assert time.monotonic() < deadline and set(states) <= {"PENDING", "RUNNING"}, slurm_cluster.explain(output)
+        time.sleep(1)
+    os.kill(rank_pid(3, marker), signal.SIGKILL)
+    deadline = time.monotonic() + 300
+    while "rank 3 (generator 1) (a replacement) sent its first trajectory" not in output.read_text():
+        assert time.monotonic() < deadline, slurm_cluster.explain(output)
+        time.sleep(0.5)
+    first_at = trained_steps(run_dir)[-1]["step"]
+    while trained_steps(run_dir)[-1]["step"] < first_at + 2:
+        assert time.monotonic() < deadline, slurm_cluster.explain(output)
+        time.sleep(0.5)
+    os.kill(rank_pid(0, marker), signal.SIGTERM)
+    comps = slurm_cluster.wait(job, timeout=600)
+    log = output.read_text()
+    assert [c["JobState"] for c in comps] == ["COMPLETED"] * 3, slurm_cluster.explain(output)
+    assert comps[0]["Restarts"] == "0" and "requeueing job" not in log, slurm_cluster.explain(output)
+    assert "[spare]" in log and "a replacement takes the place of rank 3 (generator 1)" in log, log[-5000:]
+    assert "[rank 3 generator 1]" in log and "stopped on request" in log, log[-5000:]
+    samples = re.search(r"rank 3 \(replacement\): (\d+)", log)
+    assert samples and int(samples[1]) > 0, log[-5000:]
+    steps = trained_steps(run_dir)
+    assert [r["step"] for r in steps] == list(range(1, len(steps) + 1))
+    assert steps[-1]["generators_alive"] == 2
+    ids = [pid for e in read_records(run_dir / "ledger.jsonl") for pid in e["prompt_ids"]]
+    assert len(ids) == len(set(ids)), "a prompt was trained twice"
+    assert not (run_dir / "join.json").exists()
