@@ -13,7 +13,7 @@ from itertools import groupby
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.sim.hardware import H800, Hardware
 from areal_hpc.sim.memory import config_memory
-from areal_hpc.slurm.hetjob import components, placements, uses_gpus
+from areal_hpc.slurm.hetjob import components, placements, spare_component, uses_gpus
 from areal_hpc.wire.layout import Placement, Role, generator_visible_devices
 
 PLURAL = {Role.CONTROLLER: "controller", Role.TRAINER: "trainers", Role.GENERATOR: "generators"}
@@ -91,6 +91,11 @@ def describe(cfg: ExperimentConfig, ranks: bool = False, hw: Hardware = H800) ->
         mine = [p for p in placed if p.component == c.index]
         for node, group in groupby(mine, key=lambda p: p.node):
             lines.append(node_line(node, list(group)))
+    spares = spare_component(cfg)
+    if spares:
+        lines.append(f"component 2 (partition {spares.partition}): {count(spares.nodes, 'node')},"
+                     f" {count(spares.tasks, 'warm spare generator')} outside the MPI world, {count(spares.gpus, 'GPU')}"
+                     f" (cluster.spare_nodes; each takes a lost generator's place)")
     if uses_gpus(cfg):
         lines += memory_lines(cfg, hw)
         lines.append("every task sees its node's GPUs; a trainer uses cuda:<its GPU>, a generator sets"

@@ -92,3 +92,23 @@ def test_cpu_engines_take_cores_in_turn_unless_the_user_binds(monkeypatch):
     assert cpu_bind_for(None) == "nobind"  # a spare, whose core is the lost generator's
     monkeypatch.setenv(CPU_BIND_ENV, "0-1")
     assert cpu_bind_for(0) is None
+
+
+def test_a_spare_waits_for_its_own_runs_join_file_only(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """`launch --spare`: a join file another run left (a crashed run's, another AREAL_RUN_ID) is
+    not this run's; with none of its own within startup_timeout_s the spare says so and exits 1."""
+    import json
+    import time
+
+    from areal_hpc.runtime.replacements import JOIN_FILE, RUN_ID_ENV
+    from areal_hpc.runtime.world import run_spare
+
+    (tmp_path / JOIN_FILE).write_text(json.dumps({"address": ["127.0.0.1", 9], "secret": "s", "run": "41.0"}))
+    monkeypatch.setenv(RUN_ID_ENV, "42.0")
+    start = time.monotonic()
+    code = run_spare("configs/experiments/tiny-cpu.yaml",
+                     [f"logging.dir={tmp_path}", f"model.path={tiny_model_dir}", "startup_timeout_s=2"])
+    assert code == 1 and time.monotonic() - start >= 2
+    assert f"no {tmp_path / JOIN_FILE} of run 42.0 within startup_timeout_s = 2 s" in capsys.readouterr().err
+    assert run_spare("configs/experiments/tiny-cpu.yaml", ["rollout.eta=-1"]) == 2
+    assert "error: spare: " in capsys.readouterr().err

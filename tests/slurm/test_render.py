@@ -86,6 +86,10 @@ def test_spare_nodes_add_a_component_of_warm_spares() -> None:
     assert "component 2, partition rollout: 1 node, 2 warm spare generators" in text
     assert ("spare_args=(--het-group=2 --mpi=none --kill-on-bad-exit=0 --ntasks-per-node=2 --gpus-per-task=4)"
             in text)
+    from areal_hpc.slurm.plan_report import describe
+
+    assert ("component 2 (partition rollout): 1 node, 2 warm spare generators outside the MPI world, 8 GPUs"
+            in describe(cfg))
     plain = render(load_config("configs/experiments/code-32b.yaml"), "configs/experiments/code-32b.yaml")
     assert len(sbatch_sections(plain)) == 2 and "spare_args=()" in plain
 
