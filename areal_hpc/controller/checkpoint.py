@@ -94,10 +94,11 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """`text` at `path`, never half-written: a synced temporary file renamed into place."""
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """`text` at `path`, never half-written: a synced temporary file renamed into place. `mode`
+    (before the umask) holds from the file's creation on, so a secret is never readable by others."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

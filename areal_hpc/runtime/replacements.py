@@ -22,6 +22,7 @@ import os
 from collections import deque
 from pathlib import Path
 
+from areal_hpc.controller.checkpoint import write_atomic
 from areal_hpc.wire.lifeline import LifelineServer
 from areal_hpc.wire.link import Link
 from areal_hpc.wire.messages import LaunchPlan, Shutdown, WorkerFailed
@@ -43,11 +44,7 @@ class Replacements:
         self.join_file = self.run_dir / JOIN_FILE
         if self.budget > 0:
             info = {"address": list(lifelines.address), "secret": lifelines.secret, "run": os.environ.get(RUN_ID_ENV)}
-            tmp = self.join_file.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(info, f)
-            os.replace(tmp, self.join_file)
+            write_atomic(self.join_file, json.dumps(info), mode=0o600)
 
     @property
     def left(self) -> int:
