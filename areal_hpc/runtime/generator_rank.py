@@ -127,27 +127,33 @@ class GeneratorRank:
         tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or self.plan.model_dir)
         spare = self.index is None
         gen = Generator(cfg, self.plan.model_dir, cpu_bind=cpu_bind_for(self.index))
+        # A failure is reported before any clean-up (the reward pool's, then the engine's), since
+        # either can hang: seen in CI, a failed generator's report never came and the trainer's
+        # weight send to its group waited past every deadline. Rank 0 then drops the rank and
+        # cuts its lifeline, which ends this process.
         try:
             await gen.start()
             async with RewardPool(cfg.reward) as pool:
-                if spare and not await self._take_place():
-                    return
-                fault.check("generator", self.index, "join")
-                if not spare:  # a replacement's weight groups come with its first update
-                    await self._join_weight_groups(gen)
-                    self.group = 0
-                self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, Role.GENERATOR))
-                log.info("generator %d ready", self.index)
-                self._spawn(self._collect(gen, pool, tokenizer))
-                await self._serve(gen)
-                for task in list(self.tasks):
-                    task.cancel()
-                await asyncio.gather(*self.tasks, return_exceptions=True)
+                try:
+                    if spare and not await self._take_place():
+                        return
+                    fault.check("generator", self.index, "join")
+                    if not spare:  # a replacement's weight groups come with its first update
+                        await self._join_weight_groups(gen)
+                        self.group = 0
+                    self.chan.send(CONTROLLER_RANK, WorkerReady(self.chan.rank, Role.GENERATOR))
+                    log.info("generator %d ready", self.index)
+                    self._spawn(self._collect(gen, pool, tokenizer))
+                    await self._serve(gen)
+                except BaseException as e:
+                    report_failure(self.chan, Role.GENERATOR, self.index, e)
+                    raise
+                finally:
+                    for task in list(self.tasks):
+                        task.cancel()
+                    await asyncio.gather(*self.tasks, return_exceptions=True)
         except BaseException as e:
-            # Before the clean-up below, which can hang (seen in CI: a failed generator's report
-            # never came, and the trainer's weight send to its group waited past every deadline).
-            # Rank 0 then drops the rank and cuts its lifeline, which ends this process.
-            report_failure(self.chan, Role.GENERATOR, self.index, e)
+            report_failure(self.chan, Role.GENERATOR, self.index, e)  # no-op when reported above
             raise
         finally:
             await gen.shutdown()
