@@ -108,21 +108,35 @@ class DecodeStep:
         return self.base + max(self.mem0 + self.mem1 * context, self.cmp0 + self.cmp1 * context)
 
 
+def micro_batches(tokens: float, dp: int, minibatches: int, micro_batch_tokens: int) -> tuple[int, int]:
+    """Micro-batches of one replica in a PPO step: those of the proximal forward pass (its whole
+    share packed into micro-batches of the token budget) and those of one forward-backward pass
+    over a minibatch's share."""
+    replica = tokens / dp
+    return (max(1, math.ceil(replica / micro_batch_tokens)),
+            max(1, math.ceil(replica / minibatches / micro_batch_tokens)))
+
+
 def pipeline_stretch(pp: int, tokens: float, dp: int, minibatches: int, micro_batch_tokens: int) -> float:
     """How much pipeline bubbles lengthen a PPO step's compute (Megatron's 1F1B schedule): m
     micro-batches through pp stages take m + pp - 1 micro-batch slots of a stage, not m. The
-    proximal forward pass (a quarter of the FLOPs) packs a replica's whole share into micro-batches
-    of the token budget; each forward-backward pass (the other three quarters) one minibatch's
-    share. 1 without pipeline parallelism; near 1 when micro-batches are many."""
+    proximal forward pass is a quarter of the FLOPs, the forward-backward passes the other three
+    quarters (micro_batches). 1 without pipeline parallelism; near 1 when micro-batches are many."""
     if pp <= 1:
         return 1.0
+    prox, per_minibatch = micro_batches(tokens, dp, minibatches, micro_batch_tokens)
+    return ((prox + pp - 1) / prox + 3.0 * (per_minibatch + pp - 1) / per_minibatch) / 4.0
 
-    def stretch(share: float) -> float:
-        m = max(1, math.ceil(share / micro_batch_tokens))
-        return (m + pp - 1) / m
 
-    replica = tokens / dp
-    return (stretch(replica) + 3.0 * stretch(replica / minibatches)) / 4.0
+def tp_collectives(layers: int, backward: bool) -> int:
+    """Tensor-parallel all-reduces of one micro-batch through `layers` layers (Megatron without
+    sequence parallelism; with it each becomes an all-gather and reduce-scatter pair, the same
+    count of latencies): forward, the attention and MLP outputs of each layer, the vocab-parallel
+    embedding and the three of the vocab-parallel log-probs (max, target logit, sum of exps);
+    backward, the input gradients of each layer's two column-parallel matmuls and of the output
+    layer."""
+    forward = 2 * layers + 1 + 3
+    return forward + (2 * layers + 1 if backward else 0)
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, bw: float) -> float:
@@ -178,14 +192,33 @@ class CostModel:
                 model_gpus: int, pp: int = 1, micro_batch_tokens: int = 1) -> float:
         """One PPO step: a forward pass for the proximal log-probs, then forward and backward
         (twice a forward) over every token, at the MFU, lengthened by the pipeline bubbles of `pp`
-        stages over micro-batches of `micro_batch_tokens` (pipeline_stretch); plus one fp32
-        gradient all-reduce over the data-parallel ranks per minibatch. `model_gpus` = tp * pp GPUs
-        hold one model replica."""
+        stages over micro-batches of `micro_batch_tokens` (pipeline_stretch); plus its
+        communication (train_comm_s). `model_gpus` = tp * pp GPUs hold one model replica."""
         compute = 4.0 * self.forward_flops(tokens, sq_sum) / (gpus * self.hw.peak_flops * self.eff.mfu)
         compute *= pipeline_stretch(pp, tokens, dp, minibatches, micro_batch_tokens)
+        return compute + self.train_comm_s(tokens, gpus, dp, minibatches, model_gpus, pp, micro_batch_tokens)
+
+    def train_comm_s(self, tokens: float, gpus: int, dp: int, minibatches: int, model_gpus: int,
+                     pp: int = 1, micro_batch_tokens: int = 1) -> float:
+        """What a PPO step spends communicating rather than computing: one fp32 gradient
+        all-reduce over the data-parallel ranks per minibatch (its bytes over the link), and the
+        fixed latency of every collective on a replica's critical path. Latency counts: the
+        tensor-parallel all-reduces of each micro-batch through a stage's layers (tp_collectives),
+        one pipeline send and receive per micro-batch and direction, over the m + pp - 1 slots of
+        the pipeline schedule; per minibatch the optimizer's reductions over the replica (gradient
+        norm, overflow check) and the gradient all-reduce and parameter all-gather over dp. On the
+        GPU presets this is small beside the compute; on CPU (gloo over TCP, ~11 ms a collective)
+        it is most of what tensor parallelism adds to a step."""
         grad_bytes = 4.0 * self.shape.params / model_gpus
         sync = minibatches * ring_allreduce_s(grad_bytes, dp, self.link_bw(gpus))
-        return compute + sync
+        tp = model_gpus // pp
+        prox, per_minibatch = micro_batches(tokens, dp, minibatches, micro_batch_tokens)
+        stage_layers = math.ceil(self.shape.layers / pp)
+        per_micro_fwd = (tp_collectives(stage_layers, backward=False) if tp > 1 else 0) + (1 if pp > 1 else 0)
+        per_micro_fb = (tp_collectives(stage_layers, backward=True) if tp > 1 else 0) + (2 if pp > 1 else 0)
+        latencies = (prox + pp - 1) * per_micro_fwd + minibatches * (per_minibatch + pp - 1) * per_micro_fb
+        latencies += minibatches * ((2 if model_gpus > 1 else 0) + (2 if dp > 1 else 0))
+        return sync + latencies * self.hw.collective_latency_s
 
     def broadcast_s(self, pp: int) -> float:
         """Trainer to generators over the network: each pipeline stage's leader broadcasts its

@@ -199,14 +199,14 @@ def fit_train(runs: list[MeasuredRun], hw: Hardware) -> Fitted:
         t = run.cfg.trainer
         gpus, replica = t.tp * t.pp * t.dp, t.tp * t.pp
         cost = run.cost(hw, FITTED)
-        sync = cost.train_s(0.0, 0.0, gpus, t.dp, run.cfg.ppo.minibatches, replica)
         for r in run.steps[1:]:
             if "train/step_s" not in r:
                 continue
             tokens = r["trained_tokens"]
             sq = r.get("trained_tokens_sq", tokens * tokens / run.trajectories)
             stretch = pipeline_stretch(t.pp, tokens, t.dp, run.cfg.ppo.minibatches, t.micro_batch_tokens)
-            rows.append((r["train/step_s"], sync, 4.0 * cost.forward_flops(tokens, sq) * stretch / (gpus * hw.peak_flops)))
+            comm = cost.train_comm_s(tokens, gpus, t.dp, run.cfg.ppo.minibatches, replica, t.pp, t.micro_batch_tokens)
+            rows.append((r["train/step_s"], comm, 4.0 * cost.forward_flops(tokens, sq) * stretch / (gpus * hw.peak_flops)))
     return _mfu(rows)
 
 

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from areal_hpc.errors import UserError
-from areal_hpc.sim.cost_model import CostModel, Efficiency, ModelShape, pipeline_stretch, ring_allreduce_s
-from areal_hpc.sim.hardware import H100, H200, H800, Hardware, preset
+from areal_hpc.sim.cost_model import (
+    CostModel,
+    Efficiency,
+    ModelShape,
+    pipeline_stretch,
+    ring_allreduce_s,
+    tp_collectives,
+)
+from areal_hpc.sim.hardware import CPU, H100, H200, H800, Hardware, preset
 from areal_hpc.sim.predict import experiment
 
 # Round numbers so that every expected value below is checkable on paper.
-TOY_HW = Hardware("toy", peak_flops=1e15, hbm_bytes=80e9, hbm_bw=2e12, nvlink_bw=100e9, net_bw=10e9)
+TOY_HW = Hardware("toy", peak_flops=1e15, hbm_bytes=80e9, hbm_bw=2e12, nvlink_bw=100e9, net_bw=10e9,
+                  collective_latency_s=0.0)
 IDEAL = Efficiency(decode=1.0, step_overhead_s=0.0, mfu=1.0)
 
 
@@ -106,3 +116,47 @@ def test_pipeline_bubbles_stretch_training_by_hand():
     flat = cost.train_s(8192, 8192 * 512, gpus=2, dp=1, minibatches=2, model_gpus=2)
     piped = cost.train_s(8192, 8192 * 512, gpus=2, dp=1, minibatches=2, model_gpus=2, pp=2, micro_batch_tokens=4096)
     assert piped == pytest.approx(flat * pipeline_stretch(2, 8192, 1, 2, 4096))
+
+
+def latencies(layout: dict, tokens: float = 8192) -> float:
+    """Collective latencies of one PPO step of the 1.5B model: its train_s with a 1 s latency less
+    its train_s with none."""
+    s = shape("1.5b")
+    slow = CostModel(s, replace(TOY_HW, collective_latency_s=1.0), IDEAL)
+    fast = CostModel(s, TOY_HW, IDEAL)
+    args = dict(minibatches=2, micro_batch_tokens=4096, **layout)
+    return slow.train_s(tokens, tokens * 512, **args) - fast.train_s(tokens, tokens * 512, **args)
+
+
+def test_collective_latencies_of_a_step_by_hand():
+    """28 layers, 8,192 tokens, 2 minibatches of 4,096-token micro-batches: the proximal pass has
+    2 micro-batches, each minibatch's forward-backward 1."""
+    assert tp_collectives(28, backward=False) == 2 * 28 + 4 == 60
+    assert tp_collectives(28, backward=True) == 60 + 2 * 28 + 1 == 117
+    assert latencies(dict(gpus=1, dp=1, model_gpus=1)) == 0.0
+    # tp 2: 60 all-reduces in each of 2 proximal micro-batches, 117 in each minibatch's one, and
+    # per minibatch the gradient norm and overflow reductions over the replica.
+    assert latencies(dict(gpus=2, dp=1, model_gpus=2)) == pytest.approx(2 * 60 + 2 * 117 + 2 * 2)
+    # pp 2 (tp 1): a send per micro-batch forward, a send and a receive per forward-backward, over
+    # m + pp - 1 slots.
+    assert latencies(dict(gpus=2, dp=1, model_gpus=2, pp=2)) == pytest.approx((2 + 1) * 1 + 2 * (1 + 1) * 2 + 2 * 2)
+    # dp 2: each replica has half the tokens (1 proximal micro-batch, 1 per minibatch) and adds the
+    # gradient all-reduce and parameter all-gather per minibatch.
+    assert latencies(dict(gpus=2, dp=2, model_gpus=1)) == pytest.approx(2 * 2)
+
+
+def test_collective_latency_is_most_of_what_tp_adds_on_cpu_and_nothing_on_gpus():
+    """The CPU miniature's tiny model (4 layers) at tp 2: about 70 gloo all-reduces of ~11 ms a
+    step, the ~1 s that tp 2 measured over tp 1 (benchmarks/RESULTS.md, sim_validation). A 32B step
+    on H800s (64 layers, tp 8 x pp 2 x dp 6, 8,192 trajectories of ~10k tokens): well under 1% of
+    the step."""
+    tiny = ModelShape(layers=4, hidden=128, ffn=384, heads=4, kv_heads=2, vocab=512, tied_embeddings=True, head_dim=32)
+    cpu = CostModel(tiny, CPU, IDEAL)
+    comm = cpu.train_comm_s(6300, gpus=2, dp=1, minibatches=2, model_gpus=2, micro_batch_tokens=4096)
+    assert 0.6 < comm < 1.0
+    big = CostModel(shape("32b"), H800, Efficiency(1.0, 0.0, 0.4))
+    tokens = 8192 * 10_000
+    args = dict(gpus=96, dp=6, minibatches=4, model_gpus=16, pp=2, micro_batch_tokens=32_768)
+    comm = big.train_comm_s(tokens, **args)
+    assert comm - big.train_comm_s(tokens, **{**args, "micro_batch_tokens": 10**12}) > 0  # latencies counted
+    assert comm / big.train_s(tokens, tokens * 10_000, **args) < 0.01
