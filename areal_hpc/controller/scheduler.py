@@ -311,6 +311,9 @@ class Scheduler:
             self.sync_due = True
             return []
         members = tuple(sorted(set(self.served) | self.joining))
+        if not members:  # every generator lost (the run stops): no weight group of the trainer alone
+            self.sync_due = True
+            return []
         if members != self.group_members or self.group_broken:
             self.group, self.group_members, self.group_broken = self.group + 1, members, False
         self.syncs[self.version] = WeightSync(set(members))

@@ -213,6 +213,21 @@ def test_a_lost_generators_prompts_go_to_the_others_once_and_updates_stop_waitin
         s.lose_generator(5)
 
 
+def test_a_step_that_ends_after_the_last_generator_is_lost_moves_no_weights_and_checkpoints():
+    """Seen in CI: the last generator died while a step trained; the step's update then went to a
+    weight group of the trainer alone, which the trainer refused, and the run crashed instead of
+    checkpointing and stopping."""
+    s = make(eta=1, b=2, k=2, total=3)
+    s.start_training()
+    finish(s, s.poll())
+    assert kinds(s.poll()) == [Train]
+    s.lose_generator(5)
+    s.lose_generator(4)
+    assert s.alive == () and s.stop_requested
+    assert kinds(s.on_step_done(1)) == [StepFinished]  # no SyncWeights to nobody
+    assert s.poll() == [Checkpoint(1, hf=False)]
+
+
 def test_a_replacement_joins_at_the_next_update_and_gets_prompts_once_it_serves_that_version():
     s = make(eta=1, b=2, k=2, total=3)
     s.start_training()
