@@ -113,10 +113,10 @@ def run_async(layout: Layout, cost: CostModel, w: Workload, fleet: Fleet, measur
         tok = sum(g.tokens for g in batch)
         staleness = max(staleness, ctl.version - min(g.version for g in batch))
         tokens.append(tok)
-        sq = sum(g.sq_tokens for g in batch)
-        end = at + layout.train_s(cost, tok, sq, w.minibatches, w.micro_batch_tokens)
+        seconds = layout.train_s(cost, tok, sum(g.sq_tokens for g in batch), w.minibatches, w.micro_batch_tokens)
+        end = at + seconds
         trainer_busy.append((at, end))
-        trainer_procs.append(layout.train_procs(cost, tok, sq, w.minibatches, w.micro_batch_tokens))
+        trainer_procs.append(layout.train_procs(cost, tok, seconds, w.minibatches, w.micro_batch_tokens))
         return end
 
     def receive(now: float, done: list[Trajectory]) -> None:

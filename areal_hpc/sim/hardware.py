@@ -58,8 +58,9 @@ H200 = Hardware("H200", 989.4e12, 141e9, 4.8e12, 450e9, 50e9, NCCL_LATENCY_S)
 # 7.6 GB/s; TCP over loopback, what gloo uses between ranks: 2.2 GB/s; both under load, so low
 # bounds). A gloo all-reduce between 2 ranks on loopback takes 11 ms whatever its size (11.4 ms at
 # 8 KB, 12.6 ms at 800 KB; 16-18 ms beside one busy process), which is what tensor parallelism's
-# many small all-reduces cost here. The fitted efficiencies are relative to these numbers, and predictions on this preset
-# multiply by the same numbers the fit divided by, so their errors cancel (docs/simulator.md).
+# many small all-reduces cost here. The fitted efficiencies are relative to these numbers, and
+# predictions on this preset multiply by the same numbers the fit divided by, so their errors
+# cancel (docs/simulator.md).
 CPU = Hardware("cpu", 166.4e9, 12 * 2**30, 8e9, 2e9, 2e9, 11e-3, gpus_per_node=2, one_host=True)
 
 PRESETS = {hw.name.lower(): hw for hw in (H800, H100, H200, CPU)}

@@ -55,18 +55,17 @@ class Layout:
         return cost.train_s(tokens, sq_sum, self.train_gpus, self.train_dp, minibatches,
                             self.train_tp * self.train_pp, self.train_pp, micro_batch_tokens)
 
-    def train_procs(self, cost: CostModel, tokens: float, sq_sum: float, minibatches: int,
+    def train_procs(self, cost: CostModel, tokens: float, train_s: float, minibatches: int,
                     micro_batch_tokens: int) -> float:
-        """Trainer processes busy at once, on average over a step (what a shared host's cores see:
-        sim/host.py): all of them but for the pipeline bubbles, in which a stage waits, and the
-        collectives' latencies, in which every rank waits."""
-        total = self.train_s(cost, tokens, sq_sum, minibatches, micro_batch_tokens)
-        if total <= 0.0:
+        """Trainer processes busy at once, on average over a step of `train_s` seconds (what a
+        shared host's cores see: sim/host.py): all of them but for the pipeline bubbles, in which a
+        stage waits, and the collectives' latencies, in which every rank waits."""
+        if train_s <= 0.0:
             return float(self.train_gpus)
         comm = cost.train_comm_s(tokens, self.train_gpus, self.train_dp, minibatches, self.train_tp * self.train_pp,
                                  self.train_pp, micro_batch_tokens)
         stretch = pipeline_stretch(self.train_pp, tokens, self.train_dp, minibatches, micro_batch_tokens)
-        return self.train_gpus * (total - comm) / stretch / total
+        return self.train_gpus * (train_s - comm) / stretch / train_s
 
     def update_s(self, cost: CostModel) -> float:
         """New weights into the generators: a broadcast, or a colocated reshard."""
