@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from areal_hpc.config import reference
 from areal_hpc.config.load import load_config, to_yaml
 from areal_hpc.errors import ConfigError
 
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("files", nargs="+")
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     check.set_defaults(func=_check)
+    reference.register(cmds)
 
 
 def _show(args: argparse.Namespace) -> int:

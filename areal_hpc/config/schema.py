@@ -31,6 +31,7 @@ class ModelConfig:
     # Architecture family: "qwen2" (Qwen2ForCausalLM: bias on q/k/v), "qwen3" (Qwen3ForCausalLM:
     # RMSNorm on each query and key head, no bias) or "llama" (LlamaForCausalLM: no bias).
     family: str | None = None
+    # The shape, as config.json names it (num_layers: num_hidden_layers); null: config.json's.
     vocab_size: int | None = None
     hidden_size: int | None = None
     intermediate_size: int | None = None
@@ -41,6 +42,7 @@ class ModelConfig:
     # Channels of one attention head; null: hidden_size // num_attention_heads (Qwen3 and Llama
     # checkpoints name it, and Qwen3's may differ from that).
     head_dim: int | None = None
+    # Longest position, RoPE base frequency and RMSNorm epsilon; null: config.json's.
     max_position_embeddings: int | None = None
     rope_theta: float | None = None
     rms_norm_eps: float | None = None
@@ -146,7 +148,7 @@ class RolloutConfig:
     group_size: int = 4
     # Most prompts in flight across all generators at once.
     max_concurrent: int = 64
-    # Longest prompt in tokens; longer prompts are an error when data is loaded.
+    # Longest prompt in tokens; longer prompts are left out or refused at launch (data.overlong).
     max_prompt_len: int = 128
     # Most generated tokens per sample.
     max_new_tokens: int = 256
@@ -203,10 +205,13 @@ class PPOConfig:
 class OptimizerConfig:
     """Adam with decoupled weight decay, constant learning rate after a linear warmup."""
 
+    # Learning rate after the warmup.
     lr: float = 2e-5
+    # Adam's decay rates of the first and second moments, and its epsilon.
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-5
+    # Decoupled weight decay (AdamW).
     weight_decay: float = 0.05
     # Gradient-norm clip; 0 disables clipping.
     grad_clip: float = 1.0
@@ -214,7 +219,7 @@ class OptimizerConfig:
     warmup_ratio: float = 0.001
 
 
-# The (prompt, answer) keys of each data.layout; README "Data" has an example row of each.
+# The (prompt, answer) keys of each data.layout; docs/data.md has an example row of each.
 # flat: {"prompt": str, "answer": str}; verl: its parquet (prompt = chat messages, the answer in
 # reward_model.ground_truth); areal-math: {"prompt", "solutions": [str, ...]}; areal-code:
 # {"prompt", "input_output": JSON text of {"inputs": [...], "outputs": [...]}}.
@@ -412,6 +417,7 @@ class LoggingConfig:
 
     # Run directory for metrics, plots and (by default) checkpoints.
     dir: str = "runs/default"
+    # Write TensorBoard event files to <dir>/tensorboard.
     tensorboard: bool = True
     # Weights & Biases tracking (off by default).
     wandb: WandbConfig = field(default_factory=WandbConfig)
@@ -437,6 +443,8 @@ class WatchdogConfig:
     checkpoint_s: float = 0.0
     # A generator with prompts in flight sending no sample.
     generation_s: float = 0.0
+    # The automatic deadline: factor x the longest completed one, at least min_s; first_s before
+    # any completed.
     factor: float = 5.0
     min_s: float = 300.0
     first_s: float = 3600.0
