@@ -1,18 +1,19 @@
-"""One-GPU check of the GPU profile, in under 8 minutes: every stage in its own process, under its
-own time limit, with a JSON result.
+"""One-GPU check of the GPU profile, in under 13 minutes from empty compile caches: every stage in
+its own process, under its own time limit, with a JSON result.
 
 Stages (limit, seconds):
 - env (30): torch, CUDA, cuDNN, NCCL, Transformer Engine, vLLM, megatron-core versions, the GPU,
   and every pin of containers/gpu-resolve.json that the installed version differs from;
 - te_parity (90): the tiny Qwen2 (configs/experiments/tiny-cpu.yaml's shape) on Transformer
   Engine layers in bf16 against transformers in bf16: packed log-probs, SFT gradients, the HF
-  export of the loaded checkpoint (bit-equal to it in bf16), three decoupled-PPO steps;
+  export of the loaded checkpoint (sharded, read back through trainer/hf_checkpoint.py as every
+  rank reads checkpoints; bit-equal to it in bf16), three decoupled-PPO steps;
 - mfu (120): a DeepSeek-R1-Distill-Qwen-1.5B-shaped model (random weights, bf16, math-1.5b's
   recomputation and chunked log-probs) on one GPU: tokens/s, model FLOPs utilisation (goal >= 40%)
   and peak memory of a decoupled-PPO step (pi_prox forward + forward + backward + optimizer) at
   16,384 and 32,768 tokens per micro-batch, against sim/memory.py's estimate;
-- vllm (120): CUDA vLLM through the project's Generator on the 1.5B shape: output tokens/s;
-- weight_update (110): a trainer process takes a PPO step and streams its weights
+- vllm (300): CUDA vLLM through the project's Generator on the 1.5B shape: output tokens/s;
+- weight_update (240): a trainer process takes a PPO step and streams its weights
   (TrainEngine.iter_hf_weights -> WeightSender, backend nccl) into a CUDA vLLM engine of another
   process on the same GPU; checksums compared, then the engine's log-probs against the trainer's.
   NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected", init.cc: same
@@ -20,12 +21,21 @@ Stages (limit, seconds):
   two hosts and moves the bytes over its socket transport (P2P and SHM off): the protocol and the
   NCCL code path of a run, not its speed (that needs two GPUs).
 
+Both vLLM stages start a compiled engine, as a run does: torch.compile (Dynamo, Inductor, Triton)
+and CUDA-graph capture take minutes with empty caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR,
+TRITON_CACHE_DIR), and their limits allow for that. They do not run eager: the vllm stage measures
+the throughput a run gets (CUDA graphs included), and weight_update checks that weights reloaded in
+place reach the captured graphs, which an eager engine would not test.
+
 MFU counts model FLOPs: 8 x matmul parameters per token (pi_prox forward 2, forward 2, backward
 4) plus causal attention, as benchmarks/train_step.py counts them (x 8/6), over the dense bf16
 peak; recomputation's extra forward is not counted.
 
 `--dry-run` (CPU machine): every stage builds its configs and plan and stops before its first
-CUDA call; the report is printed (and written to --out only when --out is given).
+CUDA call; te_parity also runs its export check on the CPU profile (the same load, export and
+read-back, on gloo and local layers, in the CPU profile's fp32: its local-spec norms keep fp32
+weights under bf16, which TE's fused norms do not). The report is printed (and written to --out only
+when --out is given).
 A real run writes benchmarks/results/gpu_check.json. Exit status 1 when a stage failed.
 
 Usage: .venv/bin/python benchmarks/gpu_check.py [--dry-run] [--out PATH] [--stages env,mfu,...]
@@ -55,7 +65,7 @@ from areal_hpc.config.load import load_config  # noqa: E402
 from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_check.json"
-GOAL_S = 480
+GOAL_S = 780
 GOAL_MFU = 0.40
 # One GPU holds the trainer and (in weight_update) a vLLM engine.
 ONE_GPU = ["device=cuda", "trainer.dp=1", "generator.count=1", "generator.tensor_parallel_size=1",
@@ -118,6 +128,33 @@ def ppo_step(engine, trajectories: list[Trajectory]) -> dict:
     return engine.train_step(shards(engine.cfg, engine.version, trajectories)[0])
 
 
+def export_unequal(source_dir: Path, export_dir: Path, dtype) -> list[str]:
+    """The tensor names of the export that are not the source's tensor in `dtype` (bit for bit),
+    or that either directory lacks. Both are read through trainer/hf_checkpoint.py, which reads
+    one model.safetensors or an index and its shards (an export is always the latter)."""
+    import torch
+
+    from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
+
+    source, export = HFCheckpoint(source_dir), HFCheckpoint(export_dir)
+    common = set(source.names()) & set(export.names())
+    unequal = set(source.names()) ^ set(export.names())
+    for name in common:
+        got, want = export.get(name), source.get(name).to(dtype)
+        if got.dtype != want.dtype or not torch.equal(got, want):
+            unequal.add(name)
+    return sorted(unequal)
+
+
+def export_check(engine, model_dir: Path, out: Path) -> dict:
+    """The engine's Hugging Face export of the checkpoint it loaded from `model_dir`, compared with it."""
+    from areal_hpc.trainer.model import params_dtype
+
+    engine.export_hf(out)
+    return {"export_files": sorted(p.name for p in out.glob("model*.safetensors*")),
+            "export_unequal_tensors": export_unequal(model_dir, out, params_dtype(engine.cfg, engine.device))}
+
+
 def differences(a: list[list[float]], b: list[list[float]]) -> dict:
     d = [abs(x - y) for xs, ys in zip(a, b, strict=True) for x, y in zip(xs, ys, strict=True)]
     return {"max": max(d), "mean": sum(d) / len(d), "tokens": len(d)}
@@ -164,9 +201,15 @@ def stage_te_parity(dry_run: bool) -> dict:
     sft = [(t.prompt_ids.tolist(), t.output_ids.tolist()) for t in trajs]
     plan = {"model": cfg.model.name, "dtype": "bf16", "trajectories": len(trajs), "ppo_steps": 3}
     if dry_run:
-        return {"plan": plan}
+        cpu = tiny_config("device=cpu", "trainer.params_dtype=auto")
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = build_tiny_model(cpu.model, Path(tmp) / "tiny")
+            init_single_rank(cpu)
+            engine = TrainEngine(cpu)
+            engine.load_hf(model_dir)
+            checked = export_check(engine, model_dir, Path(tmp) / "export")
+        return {"plan": plan, "cpu": checked, "ok": not checked["export_unequal_tensors"]}
     import torch
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -191,10 +234,7 @@ def stage_te_parity(dry_run: bool) -> dict:
     hf_grads = dict(hf.named_parameters())
     rel = {n: float((g.float() - hf_grads[n].grad.float()).norm() / hf_grads[n].grad.float().norm().clamp_min(1e-12))
            for n, g in te_grads.items()}
-    engine.export_hf(work / "export")
-    original = load_file(str(model_dir / "model.safetensors"))
-    exported = load_file(str(work / "export" / "model.safetensors"))
-    unequal = sorted(n for n, t in original.items() if not torch.equal(exported[n], t.to(torch.bfloat16)))
+    unequal = export_check(engine, model_dir, work / "export")["export_unequal_tensors"]
     steps = [ppo_step(engine, batch(10 + s, 4, 4, 16, 50, cfg.model.vocab_size)) for s in range(3)]
     lp = differences(te_lp, hf_lp)
     worst = max(rel, key=rel.get)
@@ -385,7 +425,7 @@ def stage_weight_update(dry_run: bool) -> dict:
 
 
 STAGES = {"env": (30, stage_env), "te_parity": (90, stage_te_parity), "mfu": (120, stage_mfu),
-          "vllm": (120, stage_vllm), "weight_update": (110, stage_weight_update)}
+          "vllm": (300, stage_vllm), "weight_update": (240, stage_weight_update)}
 
 
 # ------------------------------------------------------------------------------------- driver
