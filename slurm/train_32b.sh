@@ -24,7 +24,8 @@
 #   AREAL_MPI         srun's MPI plugin: pmix or pmi2 (default pmix)
 #   AREAL_CONTAINER_IMAGE, AREAL_CONTAINER_MOUNTS
 #                     run every rank in this container (pyxis/enroot: --container-image,
-#                     --container-mounts; the working directory stays the submit directory)
+#                     --container-mounts, comma-separated SRC:DST; the submit directory is
+#                     mounted at its own path and stays the working directory)
 #   AREAL_SRUN_ARGS   more srun options, split at spaces
 #   AREAL_PYTHON      command that runs Python on the nodes, split at spaces (default:
 #                     .venv/bin/python of the submit directory if present, else python3), e.g.
@@ -95,9 +96,10 @@ fi
 srun_args=("--het-group=0,1" "--mpi=${AREAL_MPI:-pmix}" --kill-on-bad-exit=0 "--distribution=block,NoPack")
 container_args=()
 if [[ -n ${AREAL_CONTAINER_IMAGE:-} ]]; then
-    container_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD")
-fi
-if [[ -n ${AREAL_CONTAINER_MOUNTS:-} ]]; then
+    # The ranks run the submit directory's checkout: it is mounted where it is outside.
+    container_args+=("--container-image=$AREAL_CONTAINER_IMAGE" "--container-workdir=$PWD"
+        "--container-mounts=$PWD:$PWD${AREAL_CONTAINER_MOUNTS:+,$AREAL_CONTAINER_MOUNTS}")
+elif [[ -n ${AREAL_CONTAINER_MOUNTS:-} ]]; then
     container_args+=("--container-mounts=$AREAL_CONTAINER_MOUNTS")
 fi
 read -r -a extra_srun_args <<<"${AREAL_SRUN_ARGS:-}"
@@ -120,6 +122,16 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 # Many ranks share a node's cores; each rank's thread pools stay small unless set otherwise.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# MPI is the control plane only: MPICH's GPU support off, so that MPI_Init initialises no CUDA
+# before a generator has narrowed CUDA_VISIBLE_DEVICES to its GPUs.
+export MPIR_CVAR_ENABLE_GPU=${MPIR_CVAR_ENABLE_GPU:-0}
+# Compile caches (vLLM's torch.compile artifacts, Inductor's and Triton's kernels) on node-local
+# storage: otherwise every engine of the job compiles into one shared home directory. A requeued
+# job keeps its id: on a node it ran on before, it finds the caches warm.
+cache_dir=${TMPDIR:-/tmp}/areal-$SLURM_JOB_ID
+export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$cache_dir/vllm}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$cache_dir/inductor}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$cache_dir/triton}
 # The interface between the nodes is the config's cluster.network_interface (e.g. --set
 # cluster.network_interface=ib0): every rank publishes its address and sets GLOO_SOCKET_IFNAME and
 # NCCL_SOCKET_IFNAME to it at start; null: the address and gloo's interface are those of the
