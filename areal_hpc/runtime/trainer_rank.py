@@ -11,12 +11,20 @@ the generators.
 from __future__ import annotations
 
 import logging
+import os
 
 from areal_hpc.controller.checkpoint import hf_dir, trainer_dir
 from areal_hpc.runtime import fault
 from areal_hpc.runtime.broadcast import broadcast, group_comm
 from areal_hpc.wire.device import device_of
-from areal_hpc.wire.layout import CONTROLLER_RANK, Role, generator_ranks, replica_ranks, trainer_ranks
+from areal_hpc.wire.layout import (
+    CONTROLLER_RANK,
+    Role,
+    check_trainer_task,
+    generator_ranks,
+    replica_ranks,
+    trainer_ranks,
+)
 from areal_hpc.wire.messages import (
     CheckpointSaved,
     LaunchPlan,
@@ -91,6 +99,8 @@ def run(plan: LaunchPlan, chan: Channel, index: int) -> None:
     replica, members = next((d, m) for d, m in enumerate(replica_ranks(cfg)) if chan.rank in m)
     comm = group_comm(chan.comm, members)
     root = chan.rank == members[0]
+    if device_of(cfg) == "cuda":  # its GPU is the plan's only if srun placed it as the plan says
+        check_trainer_task(cfg, index, os.environ.get("SLURM_LOCALID"))
     _join_trainer_group(plan, chan, index)
     engine = TrainEngine(cfg)
     if engine.ranks.dp_rank != replica:

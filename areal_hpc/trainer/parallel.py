@@ -19,6 +19,7 @@ from areal_hpc.config.validate import trainer_layout_problems
 from areal_hpc.trainer import cpu_compat
 from areal_hpc.trainer.errors import ParallelConfigError
 from areal_hpc.wire.device import device_of
+from areal_hpc.wire.layout import trainer_cuda_device
 
 
 def parallel_problems(cfg: ExperimentConfig, world_size: int) -> list[str]:
@@ -46,8 +47,9 @@ def init_trainer_world(cfg: ExperimentConfig, rank: int, world_size: int, init_m
 
     `rank` and `world_size` are trainer-local (the caller derives them from the MPI world);
     `init_method` is a torch.distributed URL such as "tcp://host:port" or "env://" (torchrun).
-    gloo on CPU, NCCL on GPU. Idempotent for the process group; raises ParallelConfigError for a
-    layout the model cannot use (and ConfigError for `device: cuda` without a visible GPU).
+    gloo on CPU, NCCL on GPU (on the rank's GPU of the plan: wire/layout.py trainer_cuda_device).
+    Idempotent for the process group; raises ParallelConfigError for a layout the model cannot use
+    (and ConfigError for `device: cuda` without a visible GPU).
     """
     check_parallel(cfg, world_size)
     device = device_of(cfg)
@@ -56,7 +58,7 @@ def init_trainer_world(cfg: ExperimentConfig, rank: int, world_size: int, init_m
     if device == "cpu":
         cpu_compat.apply()
     else:
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        torch.cuda.set_device(trainer_cuda_device(cfg, rank, torch.cuda.device_count()))
     if not dist.is_initialized():
         dist.init_process_group(
             "gloo" if device == "cpu" else "nccl", init_method=init_method, rank=rank,

@@ -3,7 +3,7 @@
 Pure and computed from the config alone, so the launcher, `areal-hpc slurm plan` and the tests all
 agree. GPU indices are node-local positions among the GPUs the job's step gives every task of the
 node (SLURM's --gpus-per-node without --gpu-bind: all of them). A trainer uses its one GPU as
-cuda:<index> (trainer/parallel.py); a generator narrows CUDA_VISIBLE_DEVICES to its GPUs before
+cuda:<index> (`trainer_cuda_device`, called by trainer/parallel.py); a generator narrows CUDA_VISIBLE_DEVICES to its GPUs before
 anything in its process initialises CUDA (`generator_visible_devices`), so each vLLM engine starts
 on its own GPUs. Order of MPI ranks (as `srun --het-group=0,1` numbers them): rank 0 the controller, then
 the trainer ranks, all in component 0 (training partition); then the generator ranks in
@@ -74,13 +74,49 @@ def generator_ranks(cfg: ExperimentConfig) -> list[int]:
     return list(range(1 + cfg.trainer_world, cfg.world_size))
 
 
+def trainer_gpu(cfg: ExperimentConfig, index: int) -> tuple[int, int]:
+    """Trainer `index`'s node and its GPU there: the trainers fill the training nodes' GPUs in order."""
+    return divmod(index, cfg.cluster.gpus_per_node)
+
+
+def trainer_task(cfg: ExperimentConfig, index: int) -> int:
+    """Trainer `index`'s task number on its node, as srun numbers a node's tasks (SLURM_LOCALID):
+    its GPU, after the controller (rank 0) on the first node. Not the GPU itself on that node."""
+    node, gpu = trainer_gpu(cfg, index)
+    return gpu + 1 if node == 0 else gpu
+
+
+def trainer_cuda_device(cfg: ExperimentConfig, index: int, visible: int) -> int:
+    """The CUDA device of trainer `index` among the `visible` devices of its process: its GPU of
+    the plan; 0 when the launcher gave the task that one GPU alone (e.g. srun --gpus-per-task=1)."""
+    _, gpu = trainer_gpu(cfg, index)
+    if visible == 1:
+        return 0
+    if gpu >= visible:
+        raise ConfigError(f"trainer {index} (MPI rank {index + 1}) needs GPU {gpu} of its node"
+                          f" (cluster.gpus_per_node = {cfg.cluster.gpus_per_node}) but sees only {visible} CUDA"
+                          " devices")
+    return gpu
+
+
+def check_trainer_task(cfg: ExperimentConfig, index: int, local_id: str | None) -> None:
+    """Refuse trainer `index` if srun made it another task of its node than the plan's
+    (`local_id`: SLURM_LOCALID, None outside SLURM): its GPU of the plan would be another task's."""
+    task = trainer_task(cfg, index)
+    if local_id is not None and int(local_id) != task:
+        _, gpu = trainer_gpu(cfg, index)
+        raise ConfigError(f"trainer {index} (MPI rank {index + 1}) is task {local_id} of its node but the rank"
+                          f" plan makes it task {task} (GPU {gpu}): the job's placement differs from"
+                          " `areal-hpc slurm plan`")
+
+
 def plan(cfg: ExperimentConfig, with_gpus: bool = True) -> list[Placement]:
     """Placement of every rank. Without GPUs (CPU profile) all ranks share one node per component."""
     gpn = cfg.cluster.gpus_per_node
     tp_gen = cfg.generator.tensor_parallel_size
     out = [Placement(CONTROLLER_RANK, Role.CONTROLLER, 0, 0, 0, ())]
     for i, rank in enumerate(trainer_ranks(cfg)):
-        node, local = divmod(i, gpn) if with_gpus else (0, 0)
+        node, local = trainer_gpu(cfg, i) if with_gpus else (0, 0)
         out.append(Placement(rank, Role.TRAINER, i, 0, node, (local,) if with_gpus else ()))
     per_node = gpn // tp_gen if with_gpus else 1
     for i, rank in enumerate(generator_ranks(cfg)):
