@@ -67,9 +67,10 @@ from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_check.json"
 GOAL_S = 780
 GOAL_MFU = 0.40
-# One GPU holds the trainer and (in weight_update) a vLLM engine.
+# One GPU holds the trainer and (in weight_update) a vLLM engine, both in bf16 (generator.dtype auto
+# is the trainer's).
 ONE_GPU = ["device=cuda", "trainer.dp=1", "generator.count=1", "generator.tensor_parallel_size=1",
-           "cluster.gpus_per_node=1", "cluster.train_nodes=1", "cluster.rollout_nodes=1", "generator.dtype=bf16",
+           "cluster.gpus_per_node=1", "cluster.train_nodes=1", "cluster.rollout_nodes=1",
            "trainer.params_dtype=bf16"]
 PACKAGES = ("torch", "vllm", "transformer_engine", "transformer_engine_torch", "transformer_engine_cu13",
             "megatron-core", "transformers", "mpi4py", "nvidia-nccl-cu13", "nvidia-cudnn-cu13")

@@ -130,8 +130,9 @@ class GeneratorConfig:
     # What happens to in-flight requests on a weight update: "abort" (stop, recompute the KV cache
     # of prompt + prefix under the new weights; the paper's) or "keep" (continue on the old cache).
     interrupt_mode: str = "abort"
-    # Dtype of the inference weights and KV cache: fp32 on CPU, bf16/fp16 on GPU.
-    dtype: str = "fp32"
+    # Dtype of the inference weights and KV cache: "auto" (the trainer's, trainer.params_dtype
+    # resolved: the dtype every weight update arrives in), "fp32", "bf16" or "fp16".
+    dtype: str = "auto"
     # Bucket size in bytes for streaming weights from trainers to generators.
     weight_bucket_bytes: int = 256 * 2**20
 

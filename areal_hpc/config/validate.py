@@ -23,7 +23,7 @@ CHOICES = {
     "trainer.recompute": ("none", "selective", "full"),
     "trainer.recompute_method": ("uniform", "block"),
     "generator.interrupt_mode": ("abort", "keep"),
-    "generator.dtype": ("fp32", "bf16", "fp16"),
+    "generator.dtype": ("auto", "fp32", "bf16", "fp16"),
     "ppo.adv_norm": ("global", "group", "grpo", "none"),
     "rollout.staleness_gate": ("strict", "admission"),
     "data.layout": tuple(DATA_LAYOUTS),
@@ -312,6 +312,13 @@ def params_dtype(cfg: ExperimentConfig, device: str) -> str:
             " no packed sequences): use bf16 (auto) or fp16"
         )
     return dtype
+
+
+def generator_dtype(cfg: ExperimentConfig, device: str) -> str:
+    """generator.dtype on `device`, "auto" resolved to the trainer's dtype (params_dtype): the
+    trainers send weight updates in it, and an engine of another dtype would convert every update."""
+    dtype = cfg.generator.dtype
+    return params_dtype(cfg, device) if dtype == "auto" else dtype
 
 
 def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.config.validate import generator_dtype
 from areal_hpc.errors import UserError
 from areal_hpc.rollout.engine_stats import EngineStats, stat_logger_factory
 from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferError
@@ -142,7 +143,7 @@ class Generator:
         args = AsyncEngineArgs(
             model=self.model_dir,
             tokenizer=self.cfg.model.tokenizer_path or self.model_dir,
-            dtype=_DTYPES[g.dtype],
+            dtype=_DTYPES[generator_dtype(self.cfg, self.device)],
             tensor_parallel_size=g.tensor_parallel_size,
             max_num_seqs=g.max_num_seqs,
             seed=self.cfg.seed,
