@@ -27,7 +27,7 @@ from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
 from areal_hpc.errors import UserError
-from areal_hpc.rollout.weight_transfer import Link, checksums, mismatches
+from areal_hpc.rollout.weight_transfer import Digests, Link, mismatches
 
 # vLLM backend name -> transport of weight_transfer.Link
 ENGINE_BACKENDS = {"gloo": "gloo", "areal_nccl": "nccl"}
@@ -125,17 +125,17 @@ class GroupWeightTransferEngine(WeightTransferEngine[WeightGroupInfo, WeightUpda
                 "checksums": {},
             }
             return
-        sums: dict[str, str] = {}
+        digests = Digests()  # queued before each bucket's load (which follows on the same stream)
         initialize_layerwise_reload(self.model)
         try:
             for link, header in zip(self._links, headers, strict=True):
                 for weights in link.recv_buckets(header):
-                    sums.update(zip((n for n, _ in weights), checksums([t for _, t in weights]), strict=True))
+                    digests.add(weights)
                     self.model.load_weights(weights)
         finally:
             # On failure this puts the old weights back into every layer not yet loaded.
             finalize_layerwise_reload(self.model, self.model_config)
-        self.last_update = {"version": update_info.version, "refused": [], "checksums": sums}
+        self.last_update = {"version": update_info.version, "refused": [], "checksums": digests.read()}
 
     def shutdown(self) -> None:
         for link in self._links:

@@ -20,14 +20,23 @@ group (weight_transfer/nccl_common.py stateless_init_process_group) makes its TC
 StatelessProcessGroup.create's default store_timeout of 300 s, after which the sender's store
 gives up on the members still missing; so `Link` makes that store itself with the run's
 startup_timeout_s, the deadline by which the controller names a rank that is not ready.
+
+A member dying mid-update fails the update on both transports with WeightTransferError, whose
+callers (runtime/trainer_rank.py, runtime/generator_rank.py through Generator.update_weights)
+report it, so the controller sends the update again to a group without the dead member. Gloo's
+collectives fail by themselves (a closed socket, or the group's timeout); an NCCL collective only
+spins on the GPU, so the NCCL link polls each one's end and the communicator's asynchronous
+error, and aborts the communicator after the same timeout (`wait_until`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +52,11 @@ DEFAULT_TIMEOUT_S = 1800.0
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 # Names listed in full in a refusal before the rest are counted.
 _LISTED = 5
+# Seconds between two polls of an NCCL collective's end: the host learns of it at most this late,
+# while the wire stays busy with the next bucket, queued behind it.
+POLL_S = 1e-3
+# ncclResult_t values of ncclCommGetAsyncError that are no error (nccl.h: ncclSuccess, ncclInProgress).
+_NCCL_NO_ERROR = (0, 7)
 
 
 class WeightMismatch(UserError):
@@ -129,16 +143,34 @@ def checksum(t: torch.Tensor) -> str:
     are summed as a (rows, _WORDS_PER_ROW) matrix, by rows and by columns: sum_i w_i * (i + 1) =
     C * sum_r r * rowsum_r + sum_c (c + 1) * colsum_c, which needs no temporary of the tensor's size.
     """
-    return checksums([t])[0]
+    return _hex(_digest(t).cpu().tolist())
 
 
-def checksums(tensors: Sequence[torch.Tensor]) -> list[str]:
-    """`checksum` of each tensor, computed on their device with one host synchronisation in all
-    (int64 arithmetic wraps mod 2^64, which is the digest's arithmetic)."""
-    if not tensors:
-        return []
-    digests = torch.stack([_digest(t) for t in tensors]).cpu().tolist()
-    return [f"{total & _MASK64:016x}{weighted & _MASK64:016x}" for total, weighted in digests]
+class Digests:
+    """The `checksum` of every tensor of an update, computed on its device as it passes and read with
+    one host synchronisation at the end: a read per bucket would make the host wait for that
+    bucket's transfer before it gathers or receives the next (16 device bytes per tensor meanwhile;
+    int64 arithmetic wraps mod 2^64, which is the digest's arithmetic)."""
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._parts: list[torch.Tensor] = []
+
+    def add(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        if named:
+            self._names += [n for n, _ in named]
+            self._parts.append(torch.stack([_digest(t) for _, t in named]))
+
+    def read(self) -> dict[str, str]:
+        if not self._parts:
+            return {}
+        pairs = torch.cat(self._parts).cpu().tolist()
+        return {name: _hex(pair) for name, pair in zip(self._names, pairs, strict=True)}
+
+
+def _hex(pair: list[int]) -> str:
+    total, weighted = pair
+    return f"{total & _MASK64:016x}{weighted & _MASK64:016x}"
 
 
 def _digest(t: torch.Tensor) -> torch.Tensor:
@@ -193,11 +225,94 @@ def rendezvous(host: str, port: int, rank: int, world_size: int, timeout_s: floa
     return StatelessProcessGroup(rank=rank, world_size=world_size, store=store)
 
 
+def wait_until(done: Callable[[], bool], error: Callable[[], str | None], abort: Callable[[], None],
+               what: str, timeout_s: float, started: float, clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep, poll_s: float = POLL_S) -> None:
+    """Return once `done()`; when `error()` names a problem first, or `timeout_s` passed since
+    `started` (the collective's queueing, on `clock`), call `abort()` and raise WeightTransferError
+    naming `what`. A collective done despite an error is no success: the error is asked first.
+
+    An NCCL collective whose peer died spins on the GPU with no timeout and no error of its own;
+    only the communicator's asynchronous error and a deadline tell, and only an abort frees it.
+    """
+    while (problem := error()) is None and not done():
+        if clock() - started >= timeout_s:
+            problem = f"not done {timeout_s:g} s after it was queued (a member of the group died or hangs)"
+            break
+        sleep(poll_s)
+    if problem is not None:
+        abort()
+        raise WeightTransferError(f"{what}: {problem}; the communicator was aborted")
+
+
+def check_communicator(comm: object, where: str, env_disabled: bool, load_error: Callable[[], str]) -> None:
+    """Raise WeightTransferError when vLLM built `comm` (a PyNcclCommunicator) disabled, which it does
+    without a word when the NCCL library does not load: its collectives then return at once and
+    send nothing. `load_error()` says why the library did not load (asked only then)."""
+    if comm.available and not comm.disabled:  # type: ignore[attr-defined]
+        return
+    if comm.world_size == 1:  # type: ignore[attr-defined]
+        why = "a group of one member has no communicator"
+    elif env_disabled:
+        why = "VLLM_DISABLE_PYNCCL is set"
+    else:
+        why = (f"the NCCL library did not load ({load_error()}); set VLLM_NCCL_SO_PATH to the libnccl.so.2 "
+               "of this CUDA")
+    raise WeightTransferError(f"{where}: vLLM's NCCL communicator is disabled: {why}")
+
+
+def nccl_load_error() -> str:
+    """Why vLLM's NCCLLibrary does not load, asked again: the communicator keeps only a flag."""
+    from vllm.distributed.device_communicators.pynccl_wrapper import NCCLLibrary
+
+    try:
+        NCCLLibrary()
+    except Exception as e:  # ValueError without a CUDA torch, OSError for a missing file, a missing symbol
+        return f"{type(e).__name__}: {e}"
+    return "it loads now, but did not when the communicator was built"
+
+
+@contextlib.contextmanager
+def kept_stream() -> Iterator[None]:
+    """Keep the calling thread's current CUDA stream across vLLM's communicator construction: its
+    warm-up (pynccl.py _init_comm) takes vllm.utils.torch_utils.current_stream(), which on a thread
+    that never set one makes a new stream and sets it current, so a trainer stage leader would go
+    on training on a side stream while its TP peers use the default one. No-op without CUDA."""
+    if not torch.cuda.is_available():
+        yield
+        return
+    saved = torch.cuda.current_stream()
+    try:
+        yield
+    finally:
+        torch.cuda.set_stream(saved)  # vLLM's patched set_stream: its current_stream() follows
+
+
+def nccl_async_error(comm: object) -> Callable[[], str | None]:
+    """A query of ncclCommGetAsyncError on vLLM's communicator `comm`, which the pinned wrapper
+    (pynccl_wrapper.py) does not bind: where a peer's death shows (ncclRemoteError, ncclSystemError)
+    while the collective itself spins on. Bound on its own prototype, so vLLM's functions keep theirs."""
+    nccl = comm.nccl  # type: ignore[attr-defined]
+    query = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))(
+        ("ncclCommGetAsyncError", nccl.lib))
+
+    def error() -> str | None:
+        if comm.disabled:  # type: ignore[attr-defined]
+            return "the communicator was aborted"
+        state = ctypes.c_int()
+        result = query(comm.comm, ctypes.byref(state))  # type: ignore[attr-defined]
+        code = result or state.value
+        return None if code in _NCCL_NO_ERROR else f"NCCL reports {nccl.ncclGetErrorString(code)}"
+
+    return error
+
+
 class Link:
     """One weight group seen from one member: broadcast from rank 0 and a sum over all members.
 
-    `timeout_s`: how long joining waits for the other members (runs pass startup_timeout_s); on
-    gloo also the deadline of each collective, as in torch.distributed.
+    `timeout_s`: how long joining waits for the other members (runs pass startup_timeout_s), and
+    the deadline of each collective on both transports (gloo's own; NCCL's by `wait_until`), so a
+    dead member fails an update after the same time on either.
     """
 
     def __init__(self, backend: str, host: str, port: int, rank: int, world_size: int,
@@ -205,6 +320,8 @@ class Link:
         if backend not in BACKENDS:
             raise ValueError(f"weight-transfer backend {backend!r}: must be one of {BACKENDS}")
         self.backend = backend
+        self.timeout_s = timeout_s
+        self._where = f"weight group at {host}:{port}, rank {rank} of {world_size}"
         if backend == "gloo":
             from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
@@ -212,66 +329,107 @@ class Link:
             self._pg = stateless_init_torch_distributed_process_group(
                 host, port, rank, world_size, "gloo", timeout=datetime.timedelta(seconds=timeout_s))
         else:
+            from vllm import envs
             from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
             from vllm.utils.nccl import unpinned_nccl_env
 
             index = torch.accelerator.current_device_index()
             self.device = torch.device("cuda", index)
             group = rendezvous(host, port, rank, world_size, timeout_s)
-            with unpinned_nccl_env():  # as nccl_common.stateless_init_process_group does
+            with unpinned_nccl_env(), kept_stream():  # as nccl_common.stateless_init_process_group does
                 self._comm = PyNcclCommunicator(group, device=index)
+            check_communicator(self._comm, self._where, envs.VLLM_DISABLE_PYNCCL, nccl_load_error)
+            # The link's collectives run on a stream of their own, beside the caller's gathers and loads.
+            self._stream = torch.cuda.Stream(self.device)
+            self._error = nccl_async_error(self._comm)
 
-    def broadcast(self, t: torch.Tensor) -> Callable[[], None]:
-        """Start broadcasting `t` from rank 0; returns the wait (which keeps `t` alive)."""
-        # NCCL is stream-ordered (later work on the stream waits for it); gloo returns a Work.
-        work = self._pg.broadcast(t, 0) if self.backend == "gloo" else self._comm.broadcast(t, src=0)
-
-        def wait(_keep_alive: torch.Tensor = t) -> None:
-            if work is not None:
-                work.wait()
-
-        return wait
+    def broadcast(self, t: torch.Tensor, what: str = "a broadcast") -> Callable[[], None]:
+        """Start broadcasting `t` from rank 0; returns the wait (which keeps `t` alive), which raises
+        WeightTransferError naming `what` when the transfer breaks or outlasts `timeout_s`."""
+        if self.backend == "gloo":
+            return self._gloo_wait(self._pg.broadcast(t, 0), t, what)
+        return self._queue_nccl(lambda stream: self._comm.broadcast(t, src=0, stream=stream), t, what)
 
     def sum(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        what = "the sum over the group"
         if self.backend == "gloo":
-            self._pg.allreduce(t).wait()
+            self._gloo_wait(self._pg.allreduce(t), t, what)()
         else:
-            t = self._comm.all_reduce(t)
+            self._queue_nccl(lambda stream: self._comm.all_reduce(t, t, stream=stream), t, what)()
         return int(t.item())
+
+    def _gloo_wait(self, work, t: torch.Tensor, what: str) -> Callable[[], None]:
+        def wait(_keep_alive: torch.Tensor = t) -> None:
+            try:
+                work.wait()
+            except RuntimeError as e:  # torch's DistBackendError: a peer's closed socket, gloo's timeout
+                first = str(e).splitlines()[0]  # torch appends its C++ stack
+                raise WeightTransferError(f"{self._where}: {what}: {first}") from e
+
+        return wait
+
+    def _queue_nccl(self, enqueue: Callable[[torch.cuda.Stream], object], t: torch.Tensor,
+                    what: str) -> Callable[[], None]:
+        """Queue a collective on the link's stream, after the work queued so far on the caller's (which
+        made `t`, or last used its memory); the wait polls its end (see `wait_until`). A received
+        tensor is final once its wait returned, to any stream."""
+        if self._comm.disabled:  # aborted: its collectives would return at once, moving nothing
+            raise WeightTransferError(f"{self._where}: {what}: the communicator was aborted by an earlier failure")
+        started = time.monotonic()
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        enqueue(self._stream)
+        # The allocator reuses t's memory only after the collective ended, also one given up on.
+        t.record_stream(self._stream)
+        done = torch.cuda.Event()
+        done.record(self._stream)
+
+        def wait(_keep_alive: torch.Tensor = t) -> None:
+            # destroy() is vLLM's ncclCommAbort (in a thread, given up on after 5 s) and marks the
+            # communicator disabled, so a later close() does not abort it twice.
+            wait_until(done.query, self._error, self._comm.destroy, f"{self._where}: {what}", self.timeout_s, started)
+
+        return wait
 
     def send_header(self, header: Header) -> None:
         data = torch.frombuffer(bytearray(header.encode()), dtype=torch.uint8).to(self.device)
-        self.broadcast(torch.tensor([data.numel()], dtype=torch.int64, device=self.device))()
-        self.broadcast(data)()
+        self.broadcast(torch.tensor([data.numel()], dtype=torch.int64, device=self.device), "the header's size")()
+        self.broadcast(data, "the header")()
 
     def recv_header(self) -> Header:
         size = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self.broadcast(size)()
+        self.broadcast(size, "the header's size")()
         data = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
-        self.broadcast(data)()
+        self.broadcast(data, "the header")()
         return Header.decode(data.cpu().numpy().tobytes())
 
     def recv_buckets(self, header: Header) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """Yields each bucket's tensors while the next bucket is already being received.
 
-        Every tensor is freshly allocated: vLLM's layerwise reload keeps references to loaded
-        tensors until their layer is complete, so reused buffers would be overwritten under it.
+        The next bucket's receives are queued before the current one's end is awaited, so the wire
+        does not idle while the host polls or loads. Every tensor is freshly allocated: vLLM's
+        layerwise reload keeps references to loaded tensors until their layer is complete, so
+        reused buffers would be overwritten under it.
         """
         if not header.buckets:
             return
-        current = self._start_recv(header.buckets[0])
+        pending = self._start_recv(header.buckets[0])
         for i, bucket in enumerate(header.buckets):
-            tensors, waits = current
-            for wait in waits:
-                wait()
-            if i + 1 < len(header.buckets):
-                current = self._start_recv(header.buckets[i + 1])
+            upcoming = self._start_recv(header.buckets[i + 1]) if i + 1 < len(header.buckets) else None
+            tensors = pending()
+            pending = upcoming
             yield [(spec.name, t) for spec, t in zip(bucket, tensors, strict=True)]
 
-    def _start_recv(self, bucket: list[TensorSpec]) -> tuple[list[torch.Tensor], list[Callable[[], None]]]:
+    def _start_recv(self, bucket: list[TensorSpec]) -> Callable[[], list[torch.Tensor]]:
+        """Queue the receives of `bucket`; returns the wait, which returns the received tensors."""
         tensors = [torch.empty(s.shape, dtype=getattr(torch, s.dtype), device=self.device) for s in bucket]
-        return tensors, [self.broadcast(t) for t in tensors]
+        waits = [self.broadcast(t, f"broadcast of {s.name!r}") for s, t in zip(bucket, tensors, strict=True)]
+
+        def received() -> list[torch.Tensor]:
+            _wait_all(waits)
+            return tensors
+
+        return received
 
     def close(self) -> None:
         if self.backend == "gloo":
@@ -279,7 +437,7 @@ class Link:
 
             stateless_destroy_torch_distributed_process_group(self._pg)
         else:
-            self._comm.destroy()
+            self._comm.destroy()  # a no-op once aborted
 
 
 def _wait_all(waits: list[Callable[[], None]]) -> None:
@@ -328,18 +486,23 @@ class WeightSender:
                 "(name, shape, dtype or version mismatch; the generator's error names the tensors)"
             )
         start = time.perf_counter()
-        sums: dict[str, str] = {}
-        current = self._next(stream, header.buckets, 0)
+        digests = Digests()
+        waits = self._queue(self._next(stream, header.buckets, 0), digests)
         for i in range(len(header.buckets)):
-            waits = [self._link.broadcast(t) for _, t in current]
-            sums.update(zip((n for n, _ in current), checksums([t for _, t in current]), strict=True))
-            upcoming = self._next(stream, header.buckets, i + 1)  # gathered while `current` is on the wire
+            # Bucket i + 1 is gathered while bucket i is on the wire, and queued behind it before
+            # bucket i's end is awaited, so the wire does not idle while the host polls. Nothing
+            # may keep bucket i alive once its wait returned: the waits hold its tensors.
+            upcoming = self._queue(self._next(stream, header.buckets, i + 1), digests)
             _wait_all(waits)
-            # Nothing may keep bucket i alive while bucket i + 2 is taken: the waits hold its tensors.
-            del waits
-            current = upcoming
+            waits = upcoming
         self.transfer_s = time.perf_counter() - start
-        return sums
+        return digests.read()
+
+    def _queue(self, bucket: list[tuple[str, torch.Tensor]], digests: Digests) -> list[Callable[[], None]]:
+        """Start broadcasting `bucket` and take its checksums meanwhile; returns the waits."""
+        waits = [self._link.broadcast(t, f"broadcast of {n!r}") for n, t in bucket]
+        digests.add(bucket)
+        return waits
 
     def _next(self, stream: Iterator[list[tuple[str, torch.Tensor]]], planned: list[list[TensorSpec]],
               index: int) -> list[tuple[str, torch.Tensor]]:
