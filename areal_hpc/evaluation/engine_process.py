@@ -2,8 +2,9 @@
 over a pipe, and sends back every sample as it finishes.
 
 The engine is `rollout.generator.Generator`, so evaluation samples with exactly the engine settings
-of training (dtype, KV-cache size on CPU, chunked prefill, per-sample seeds). The process gets its
-devices through `env` (CUDA_VISIBLE_DEVICES on GPU), applied before vLLM or torch starts.
+of training (rollout/engine_args.py: dtype, KV-cache size on CPU, chunked prefill, the pinned start
+method, model runner and scheduling; per-sample seeds). The process gets its devices through `env`
+(CUDA_VISIBLE_DEVICES on GPU), applied before vLLM or torch starts.
 
 Messages, parent -> engine: `Prompt`, or None to stop. Engine -> parent: `Ready()`,
 `Finished(...)` per sample, `Failed(reason, user)` once, after which the engine exits.

@@ -14,6 +14,8 @@ Weight updates (`update_weights`) pause the engine according to the interrupt mo
 - "wait": the non-interruptible baseline for benchmarks: the update waits until every in-flight
   request has finished. Configs may only choose "abort" or "keep".
 
+The engine's arguments and environment come from rollout/engine_args.py, shared by every engine.
+
 No mpi4py import here or in anything this imports: vLLM's engine core re-imports the main module in
 a child process, which must not initialise MPI (notes/mpi.md).
 """
@@ -31,16 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.config.validate import generator_dtype
 from areal_hpc.errors import UserError
+from areal_hpc.rollout.engine_args import apply_env, engine_setup
 from areal_hpc.rollout.engine_stats import EngineStats, stat_logger_factory
 from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferError
 from areal_hpc.wire.device import device_of
 from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory
 
 INTERRUPT_MODES = ("abort", "keep", "wait")
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_WORKER_EXTENSION = "areal_hpc.rollout.weight_receiver.WeightTransferWorker"
 
 
 class InvalidRequest(UserError):
@@ -135,40 +135,14 @@ class Generator:
 
     async def start(self) -> None:
         """Start the engine with the weights of `model_dir`; blocks the event loop meanwhile (~25 s on CPU)."""
+        setup = engine_setup(self.cfg, self.device)
+        apply_env(setup.env)  # before vLLM reads it: the engine core must start by spawn
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        g = self.cfg.generator
-        cpu = self.device == "cpu"
-        args = AsyncEngineArgs(
-            model=self.model_dir,
-            tokenizer=self.cfg.model.tokenizer_path or self.model_dir,
-            dtype=_DTYPES[generator_dtype(self.cfg, self.device)],
-            tensor_parallel_size=g.tensor_parallel_size,
-            max_num_seqs=g.max_num_seqs,
-            seed=self.cfg.seed,
-            # vLLM's default memory reservation fails on CPU; a fixed KV-cache size works.
-            kv_cache_memory_bytes=g.kv_cache_bytes if cpu else None,
-            gpu_memory_utilization=g.gpu_memory_utilization,
-            # Eager on CPU: no torch.compile at start (the engine then starts in ~25 s here).
-            enforce_eager=cpu,
-            enable_prefix_caching=self.mode != "keep",
-            # vLLM 0.32's CPU runner crashes the engine ("CPU Generator does not use offset") when
-            # a seeded request's prefill is split over steps; on CPU every prefill runs whole.
-            # vLLM then warns that disabling chunked prefill is unsupported; the rollout tests
-            # check outputs and log-probs against a default engine.
-            enable_chunked_prefill=not cpu,
-            weight_transfer_config={"backend": "gloo" if cpu else "areal_nccl"},
-            worker_extension_cls=_WORKER_EXTENSION,
-            disable_log_stats=True,
-            # Per-iteration batch sizes for engine_stats; vLLM's own stat logging stays off.
-            enable_logging_iteration_details=True,
-            # Each token's log-prob under the distribution it was sampled from (after temperature),
-            # which is what the trainer computes for pi_prox; vLLM's default reports the raw
-            # logits' log-probs, which differ from it at any temperature but 1.
-            logprobs_mode="processed_logprobs",
-        )
-        bind = cpu and self.cpu_bind is not None
+        args = AsyncEngineArgs(model=self.model_dir, tokenizer=self.cfg.model.tokenizer_path or self.model_dir,
+                               **setup.kwargs)
+        bind = self.device == "cpu" and self.cpu_bind is not None
         if bind:  # read by the engine processes started now; restored for the next engine
             os.environ[CPU_BIND_ENV] = self.cpu_bind
         try:

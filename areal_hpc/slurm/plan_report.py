@@ -11,6 +11,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from areal_hpc.config.schema import ExperimentConfig
+from areal_hpc.rollout import engine_args
 from areal_hpc.sim.hardware import H800, Hardware
 from areal_hpc.sim.memory import config_memory
 from areal_hpc.slurm.hetjob import components, placements, spare_component, uses_gpus
@@ -100,6 +101,7 @@ def describe(cfg: ExperimentConfig, ranks: bool = False, hw: Hardware = H800) ->
         lines += memory_lines(cfg, hw)
         lines.append("every task sees its node's GPUs; a trainer uses cuda:<its GPU>, a generator sets"
                      " CUDA_VISIBLE_DEVICES to its GPUs at start (--ranks lists each rank's)")
+    lines.append(engine_args.describe(engine_args.engine_setup(cfg, "cuda" if uses_gpus(cfg) else "cpu")))
     if ranks:
         lines.append("rank role       index component node gpus  devices")
         lines += [f"{p.rank:<4} {p.role.value:<10} {p.index:<5} {p.component:<9} {p.node:<4} "

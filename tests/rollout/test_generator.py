@@ -8,10 +8,13 @@ both, as it would to every generator of a cluster, so each test checks both mode
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import socket
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 import pytest
 from rollout_processes import RENAMED, RESHAPED, free_port, fresh_engine_greedy, rename_one, truncate_one
 
@@ -61,7 +64,20 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tiny_model_dir, tiny_model_dir_b):
+def rank_descriptors(tmp_path_factory):
+    """What /proc names the descriptors by that this process holds before its engines start, as a
+    generator rank holds its lifeline (a close-on-exec socket) and descriptors MPI or PMIx opened
+    without close-on-exec. A forked engine keeps both; a spawned one neither."""
+    lifeline, peer = socket.socketpair()
+    leaky = open(tmp_path_factory.mktemp("fds") / "inheritable", "w")
+    os.set_inheritable(leaky.fileno(), True)
+    yield {os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (lifeline, leaky)}
+    for f in (lifeline, peer, leaky):
+        f.close()
+
+
+@pytest.fixture(scope="module")
+def rig(tiny_model_dir, tiny_model_dir_b, rank_descriptors):
     loop = asyncio.new_event_loop()
     gens = []
     for mode in ("abort", "keep"):
@@ -203,6 +219,27 @@ def test_a_too_long_prompt_fails_alone_and_the_engine_keeps_serving(rig):
     done = rig.run(scenario())
     assert sorted(done) == [(0, 0), (3, 0)]
     assert all(len(t.output_ids) > 0 for t in done.values())
+
+
+def test_the_engine_processes_are_spawned_with_the_pinned_settings(rig, rank_descriptors):
+    """Every engine process (per generator: the engine core and its worker) was started by spawn
+    with rollout/engine_args.py's environment, as on CUDA, where vLLM would fork it by default."""
+    engines = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::")]
+    assert len(engines) == 2 * len(rig.gens), [p.name() for p in engines]
+    for p in engines:
+        held = set()
+        for fd in os.listdir(f"/proc/{p.pid}/fd"):
+            try:
+                held.add(os.readlink(f"/proc/{p.pid}/fd/{fd}"))
+            except FileNotFoundError:  # closed meanwhile
+                pass
+        assert not held & rank_descriptors, f"{p.name()} inherited the test process's descriptors"
+    # Inherited by the spawned engines; vLLM reads them in this process too.
+    assert (os.environ["VLLM_WORKER_MULTIPROC_METHOD"], os.environ["VLLM_USE_V2_MODEL_RUNNER"]) == ("spawn", "0")
+    for g in rig.gens:
+        vllm_config = g._engine.vllm_config
+        assert vllm_config.scheduler_config.async_scheduling is False
+        assert vllm_config.use_v2_model_runner is False
 
 
 def test_versions_never_move_back(rig):
