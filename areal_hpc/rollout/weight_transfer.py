@@ -38,6 +38,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -206,6 +207,11 @@ def _last_word(tail: torch.Tensor) -> torch.Tensor:
     return padded.view(torch.int64)
 
 
+def group_name(host: str, port: int, rank: int, world_size: int) -> str:
+    """How errors name one member of a weight group."""
+    return f"weight group at {host}:{port}, rank {rank} of {world_size}"
+
+
 def rendezvous(host: str, port: int, rank: int, world_size: int, timeout_s: float):
     """vLLM's StatelessProcessGroup over a TCP store at host:port (rank 0 its server) once all
     `world_size` members joined, each waiting at most `timeout_s`: the NCCL link's bootstrap.
@@ -221,7 +227,7 @@ def rendezvous(host: str, port: int, rank: int, world_size: int, timeout_s: floa
                          timeout=datetime.timedelta(seconds=timeout_s), use_libuv=False)
     except RuntimeError as e:  # torch's DistStoreError and its connection errors
         first = str(e).splitlines()[0]  # torch appends its C++ stack
-        raise WeightTransferError(f"weight group at {host}:{port}, rank {rank} of {world_size}: {first}") from e
+        raise WeightTransferError(f"{group_name(host, port, rank, world_size)}: {first}") from e
     return StatelessProcessGroup(rank=rank, world_size=world_size, store=store)
 
 
@@ -245,13 +251,13 @@ def wait_until(done: Callable[[], bool], error: Callable[[], str | None], abort:
         raise WeightTransferError(f"{what}: {problem}; the communicator was aborted")
 
 
-def check_communicator(comm: object, where: str, env_disabled: bool, load_error: Callable[[], str]) -> None:
+def check_communicator(comm: Any, where: str, env_disabled: bool, load_error: Callable[[], str]) -> None:
     """Raise WeightTransferError when vLLM built `comm` (a PyNcclCommunicator) disabled, which it does
     without a word when the NCCL library does not load: its collectives then return at once and
     send nothing. `load_error()` says why the library did not load (asked only then)."""
-    if comm.available and not comm.disabled:  # type: ignore[attr-defined]
+    if comm.available and not comm.disabled:
         return
-    if comm.world_size == 1:  # type: ignore[attr-defined]
+    if comm.world_size == 1:
         why = "a group of one member has no communicator"
     elif env_disabled:
         why = "VLLM_DISABLE_PYNCCL is set"
@@ -288,19 +294,19 @@ def kept_stream() -> Iterator[None]:
         torch.cuda.set_stream(saved)  # vLLM's patched set_stream: its current_stream() follows
 
 
-def nccl_async_error(comm: object) -> Callable[[], str | None]:
+def nccl_async_error(comm: Any) -> Callable[[], str | None]:
     """A query of ncclCommGetAsyncError on vLLM's communicator `comm`, which the pinned wrapper
     (pynccl_wrapper.py) does not bind: where a peer's death shows (ncclRemoteError, ncclSystemError)
     while the collective itself spins on. Bound on its own prototype, so vLLM's functions keep theirs."""
-    nccl = comm.nccl  # type: ignore[attr-defined]
+    nccl = comm.nccl
     query = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))(
         ("ncclCommGetAsyncError", nccl.lib))
 
     def error() -> str | None:
-        if comm.disabled:  # type: ignore[attr-defined]
+        if comm.disabled:
             return "the communicator was aborted"
         state = ctypes.c_int()
-        result = query(comm.comm, ctypes.byref(state))  # type: ignore[attr-defined]
+        result = query(comm.comm, ctypes.byref(state))
         code = result or state.value
         return None if code in _NCCL_NO_ERROR else f"NCCL reports {nccl.ncclGetErrorString(code)}"
 
@@ -321,7 +327,7 @@ class Link:
             raise ValueError(f"weight-transfer backend {backend!r}: must be one of {BACKENDS}")
         self.backend = backend
         self.timeout_s = timeout_s
-        self._where = f"weight group at {host}:{port}, rank {rank} of {world_size}"
+        self._where = group_name(host, port, rank, world_size)
         if backend == "gloo":
             from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 

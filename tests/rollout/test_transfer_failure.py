@@ -146,6 +146,8 @@ def test_keeping_the_stream_touches_no_cuda_without_it():
 def _die_after_the_vote(port: int, results) -> None:
     link = Link("gloo", "127.0.0.1", port, 1, 2)
     results.put(link.recv_header().version)
+    results.close()
+    results.join_thread()  # flushed: os._exit ends the queue's feeder thread
     link.sum(0)
     os._exit(0)  # no close: as a killed generator
 
