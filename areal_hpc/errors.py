@@ -10,3 +10,7 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """An experiment configuration that cannot run."""
+
+
+class DataError(UserError):
+    """A prompt file that cannot be used."""

@@ -8,7 +8,7 @@ step), median over the timed steps after one warm-up step. Also tokens per CPU s
 CPU time of all ranks together), which other work on a shared machine barely changes.
 
 GPU (when CUDA is visible): a model of DeepSeek-R1-Distill-Qwen-1.5B's shape
-(configs/models/qwen2-1.5b.yaml, random weights, bf16, Transformer Engine layers) on one GPU;
+(configs/models/DeepSeek-R1-Distill-Qwen-1.5B/config.json, random weights, bf16, Transformer Engine layers) on one GPU;
 SFT steps (forward + backward + optimizer) on packed 4096-token sequences. Model FLOPs per token
 = 6 x (matmul parameters, output layer included) + 6 x layers x hidden x sequence length
 (causal attention scores and values, forward and backward); MFU = achieved / peak bf16 FLOP/s.

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "areal_hpc"
 # Lowest first. Components may use each other (the simulator drives the controller's scheduler);
 # none of them may reach the rank wiring, a recipe or the command line above it.
 LAYERS = [
-    {"errors", "config"},
+    {"errors", "prompt_row", "config"},
     {"wire"},
     {"data", "reward", "trainer", "rollout", "metrics", "controller", "sim", "slurm", "evaluation"},
     {"recipes"},

@@ -349,7 +349,7 @@ def _model_and_parallel(cfg: ExperimentConfig) -> list[str]:
     if longest > t.micro_batch_tokens:
         problems.append(
             f"trainer.micro_batch_tokens = {t.micro_batch_tokens}: smaller than the longest sequence"
-            f" (max_prompt_len + max_new_tokens = {longest})"
+            f" (rollout.max_prompt_len + rollout.max_new_tokens = {longest})"
         )
     if r.min_generators > g.count:
         problems.append(f"rollout.min_generators = {r.min_generators}: more than generator.count = {g.count}")
@@ -420,6 +420,17 @@ def _files(cfg: ExperimentConfig) -> list[str]:
     if resume not in ("auto", "never") and not Path(resume).is_dir():
         problems.append(f"checkpoint.resume = {resume!r}: not 'auto', 'never' or an existing checkpoint directory")
     return problems
+
+
+def missing_weights(cfg: ExperimentConfig) -> list[str]:
+    """model.path without weights, as a launch refuses it. Not one of the file checks: a directory
+    with only config.json (configs/models/) gives the shape to `config check` and `slurm plan`;
+    only a run needs the weights (the trainer reads *.safetensors files alone)."""
+    path = cfg.model.path
+    if path is None or any(Path(path).glob("*.safetensors")):
+        return []
+    return [f"model.path = {path!r}: no weights there (no *.safetensors files), only the model's shape;"
+            f" set model.path to the checkpoint directory (--set model.path=/path/to/{Path(path).name})"]
 
 
 def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:

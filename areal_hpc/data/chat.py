@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from areal_hpc.config.schema import DataConfig
-from areal_hpc.data.prompts import DataError, PromptRow
+from areal_hpc.errors import DataError
+from areal_hpc.prompt_row import PromptRow
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -16,8 +16,9 @@ import numpy as np
 from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.data.chat import keep_fitting, left_out, load_tokenizer, prompt_texts, token_ids
-from areal_hpc.data.prompts import PromptRow, load_prompts
+from areal_hpc.data.prompts import load_prompts
 from areal_hpc.errors import UserError
+from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import kind_of
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from areal_hpc.config.schema import DataConfig
 from areal_hpc.data.arithmetic import Problem
 from areal_hpc.data.synthetic_tasks import make_splits
-from areal_hpc.errors import UserError
+from areal_hpc.errors import DataError
+from areal_hpc.prompt_row import Message, PromptRow
 
 # Optional fields of a row, by their verl names.
 SOURCE_KEY = "data_source"
@@ -32,23 +32,6 @@ DATASET_FILE, DATASET_DICT_FILE = "state.json", "dataset_dict.json"
 TRAIN_SPLIT = "train"
 # Characters of a reader's own error kept in a DataError (datasets' cast errors print schemas).
 REASON_CHARS = 400
-
-# A chat message: {"role": ..., "content": ...} (other keys kept for the template).
-Message = dict
-
-
-@dataclass(frozen=True)
-class PromptRow:
-    # The prompt text, used as is, or chat messages rendered by the chat template (data/chat.py).
-    prompt: str | list[Message]
-    answer: str
-    data_source: str | None = None
-    extra_info: dict | None = None
-
-
-class DataError(UserError):
-    """A prompt file that cannot be used."""
-
 
 def field_value(row: dict, key: str, where: str) -> object:
     """The value at `key`, a column name or a dotted path into nested objects; a missing or null

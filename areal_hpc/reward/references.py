@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 
 from areal_hpc.config.schema import RewardConfig
-from areal_hpc.data.prompts import DataError, PromptRow
-from areal_hpc.errors import UserError
+from areal_hpc.errors import DataError, UserError
+from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.code_tests import TestFormatError, parse_tests
 from areal_hpc.reward.probe import ProbeFailed, check_in_child
 from areal_hpc.reward.task import CodeReference, CustomReference, MathReference, Reference, kind_of

@@ -16,11 +16,12 @@ import numpy as np
 from areal_hpc.config.hf import read_hf_config, shape_mismatches
 from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import ExperimentConfig
-from areal_hpc.config.validate import check_world
+from areal_hpc.config.validate import check_world, missing_weights
 from areal_hpc.controller.checkpoint import resume_from
 from areal_hpc.data.chat import left_out, load_tokenizer, render
-from areal_hpc.data.prompts import PromptRow, train_and_eval_prompts
+from areal_hpc.data.prompts import train_and_eval_prompts
 from areal_hpc.errors import UserError
+from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import run_lock
@@ -73,7 +74,7 @@ def fitting(rows: list[PromptRow], refs: list[Reference], tokenizer: PreTrainedT
 
 def preflight(config: str, overrides: list[str], world_size: int) -> tuple[LaunchPlan, Prompts]:
     cfg = load_config(config, overrides)
-    problems = check_world(cfg, world_size)
+    problems = check_world(cfg, world_size) + missing_weights(cfg)
     if problems:
         raise UserError("; ".join(problems))
     if cfg.cluster.network_interface:  # in seconds, not after minutes of preparing a model

@@ -8,7 +8,8 @@ import pytest
 
 from areal_hpc.config.schema import DataConfig
 from areal_hpc.data.chat import left_out, load_tokenizer, render
-from areal_hpc.data.prompts import DataError, PromptRow
+from areal_hpc.errors import DataError
+from areal_hpc.prompt_row import PromptRow
 
 SYSTEM_USER = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q: 1+2 = ?"}]
 CHAT = PromptRow(SYSTEM_USER, "3")

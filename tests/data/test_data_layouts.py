@@ -13,7 +13,9 @@ import pytest
 from chat_data import verl_row, write_verl
 
 from areal_hpc.config.schema import DataConfig, RewardConfig
-from areal_hpc.data.prompts import DataError, PromptRow, load_prompts
+from areal_hpc.data.prompts import load_prompts
+from areal_hpc.errors import DataError
+from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import CodeReference, MathReference
 

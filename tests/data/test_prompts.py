@@ -9,8 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from areal_hpc.config.schema import DataConfig
-from areal_hpc.data.prompts import DataError, PromptRow, load_prompts, train_and_eval_prompts
+from areal_hpc.data.prompts import load_prompts, train_and_eval_prompts
 from areal_hpc.data.stream import PromptStream
+from areal_hpc.errors import DataError
+from areal_hpc.prompt_row import PromptRow
 
 FLAT = DataConfig()
 

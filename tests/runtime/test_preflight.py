@@ -7,8 +7,8 @@ import json
 import pytest
 
 from areal_hpc.config.schema import RewardConfig
-from areal_hpc.data.prompts import DataError, PromptRow
-from areal_hpc.errors import UserError
+from areal_hpc.errors import DataError, UserError
+from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.code_tests import TestSuite
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import CodeReference, CustomReference, MathReference
