@@ -17,7 +17,8 @@
 #   partitions        sbatch --partition=TRAIN : --partition=ROLLOUT slurm/train_14b_code.sh
 #                     (a plain --partition would apply to both components), or run the script
 #                     directly, not through sbatch, and it submits itself with the partitions
-#                     AREAL_TRAIN_PARTITION and AREAL_ROLLOUT_PARTITION
+#                     AREAL_TRAIN_PARTITION and AREAL_ROLLOUT_PARTITION, after checking the
+#                     layout (`areal-hpc slurm verify`; AREAL_GPU names the GPU, default h800)
 #   account, QOS, time limit: sbatch --account=A --qos=Q --time=T, or SBATCH_ACCOUNT, SBATCH_QOS,
 #                     SBATCH_TIMELIMIT in the environment (these apply to both components)
 #   AREAL_CONFIG      experiment config (default configs/experiments/code-14b.yaml)
@@ -67,11 +68,6 @@
 #SBATCH --exclusive
 set -euo pipefail
 
-if [[ -z ${SLURM_JOB_ID:-} ]]; then
-    exec sbatch --partition="${AREAL_TRAIN_PARTITION:-train}" : \
-        --partition="${AREAL_ROLLOUT_PARTITION:-rollout}" "$0" "$@"
-fi
-
 config=${AREAL_CONFIG:-configs/experiments/code-14b.yaml}
 program=${AREAL_PROGRAM:-areal_hpc.launch}
 settings=()
@@ -81,6 +77,14 @@ elif [[ -x .venv/bin/python ]]; then
     python=(.venv/bin/python)
 else
     python=(python3)
+fi
+
+if [[ -z ${SLURM_JOB_ID:-} ]]; then
+    # Run directly: the layout is checked at its true shapes here first (`areal-hpc slurm verify`,
+    # no GPU; memory against an AREAL_GPU, default h800), then the script submits itself.
+    "${python[@]}" -m areal_hpc.cli slurm verify "$config" "${settings[@]}" "$@" >&2
+    exec sbatch --partition="${AREAL_TRAIN_PARTITION:-train}" : \
+        --partition="${AREAL_ROLLOUT_PARTITION:-rollout}" "$0" "$@"
 fi
 
 # One step across both components: srun numbers component 0's tasks first, so MPI rank 0 (the

@@ -1,4 +1,4 @@
-"""Rank 0's checks before any process group exists: config, world size, model directory, data.
+"""Rank 0's checks before any process group exists: config, world size, layout, model directory, data.
 
 Everything a user can get wrong is found here and reported as one UserError, so a bad launch
 fails in seconds with a clear message instead of inside a collective on some other rank.
@@ -25,6 +25,8 @@ from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import run_lock
+from areal_hpc.slurm.hetjob import uses_gpus
+from areal_hpc.slurm.verify import GPU_ENV, gpu_of, verify
 from areal_hpc.wire.messages import LaunchPlan
 from areal_hpc.wire.network import interface_address
 
@@ -61,6 +63,16 @@ def model_dir_of(cfg: ExperimentConfig) -> Path:
     return path
 
 
+def check_layout(cfg: ExperimentConfig) -> None:
+    """`areal-hpc slurm verify`'s mapping and memory checks (not its Megatron build, which would
+    cost the launch seconds: ~10 of imports alone), memory against the GPU named by AREAL_GPU."""
+    hw = gpu_of(None)
+    problems = verify(cfg, hw, build=False).problems
+    if problems:
+        gpu = f" (memory against an {hw.name}; {GPU_ENV} names another GPU)" if uses_gpus(cfg) else ""
+        raise UserError(f"the layout cannot run{gpu}: " + "; ".join(problems))
+
+
 def fitting(rows: list[PromptRow], refs: list[Reference], tokenizer: PreTrainedTokenizerBase,
             cfg: ExperimentConfig, what: str) -> tuple[list[PromptRow], list[np.ndarray], list[Reference]]:
     """The rows whose rendered prompt fits rollout.max_prompt_len, their token ids and references;
@@ -77,6 +89,7 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     problems = check_world(cfg, world_size) + missing_weights(cfg)
     if problems:
         raise UserError("; ".join(problems))
+    check_layout(cfg)
     if cfg.cluster.network_interface:  # in seconds, not after minutes of preparing a model
         interface_address(cfg.cluster.network_interface)
     run_lock.hold(cfg.logging.dir)  # before anything reads or prunes its checkpoints

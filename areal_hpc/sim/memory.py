@@ -2,8 +2,9 @@
 
 A layout is out of memory when an engine cannot hold one sequence of the full context (vLLM
 refuses to start) or when a trainer GPU's model states plus activations exceed its HBM. The one
-place of this arithmetic: the simulator's layouts and `areal-hpc slurm plan` (config_memory) both
-ask it.
+place of this arithmetic: the simulator's layouts, `areal-hpc slurm plan` and `slurm verify`
+(config_memory) all ask it. Parameter counts are the analytic ModelShape's unless the caller passes
+those of the real model (verify: the built Megatron shards and the Hugging Face model).
 """
 
 from __future__ import annotations
@@ -32,15 +33,27 @@ PREFILL_CHUNK_TOKENS = 8192
 
 
 def kv_capacity_tokens(shape: ModelShape, hw: Hardware, tp: int, memory_utilization: float,
-                       max_num_seqs: int, resident_bytes: float = 0.0) -> int:
+                       max_num_seqs: int, resident_bytes: float = 0.0, params: int | None = None) -> int:
     """KV-cache tokens one engine of `tp` GPUs holds: its share of HBM less its weight shard, the
     activations of a prefill chunk, fp32 logits of a full decode batch, and `resident_bytes` per
-    GPU that another process keeps there (colocated training states). May be <= 0."""
-    weights = shape.params * HALF / tp
+    GPU that another process keeps there (colocated training states). May be <= 0. `params`: the
+    model's parameter count (default the shape's estimate)."""
+    weights = generator_weight_bytes(shape, tp, params)
     workspace = (PREFILL_CHUNK_TOKENS * (4 * shape.hidden + 3 * shape.ffn / tp) * HALF
                  + max_num_seqs * shape.vocab * 4 / tp)
     free = memory_utilization * hw.hbm_bytes - weights - workspace - resident_bytes
     return int(free * tp // shape.kv_bytes_per_token)
+
+
+def generator_weight_bytes(shape: ModelShape, tp: int, params: int | None = None) -> float:
+    """Bytes of one engine GPU's weight shard (fp16/bf16)."""
+    return (shape.params if params is None else params) * HALF / tp
+
+
+def fixed_kv_tokens(shape: ModelShape, cache_bytes: int, tp: int, value_bytes: int) -> int:
+    """KV-cache tokens of an engine whose `tp` workers each hold `cache_bytes` of cache (the CPU
+    profile's generator.kv_cache_bytes), values of `value_bytes` bytes."""
+    return int(cache_bytes * tp // (shape.kv_bytes_per_token // HALF * value_bytes))
 
 
 @dataclass(frozen=True)
@@ -100,14 +113,18 @@ def logit_bytes(shape: ModelShape, tp: int, tokens: int, chunk_tokens: int | Non
     return entries * CHUNKED_LOGIT_BYTES + min(chunk_tokens, tokens) * shape.vocab / tp * CHUNK_LOGIT_BYTES
 
 
-def state_bytes(shape: ModelShape, tp: int, pp: int, shards: int, shard_everything: bool = False) -> float:
+def state_bytes(shape: ModelShape, tp: int, pp: int, shards: int, shard_everything: bool = False,
+                shard_params: float | None = None) -> float:
     """Model states per GPU. Megatron (shard_everything False): fp16 weights and fp32 gradients
     split by tp * pp, master weights and Adam moments also by the `shards` data-parallel ranks
-    (distributed optimizer; 1 without). FSDP / ZeRO-3 (True): every state split over `shards`."""
+    (distributed optimizer; 1 without). FSDP / ZeRO-3 (True): every state split over `shards`.
+    `shard_params`: the parameters of this GPU's Megatron shard as built (default: an even split
+    of the shape's estimate over tp * pp)."""
     p = shape.params
     if shard_everything:
         return (REPLICATED_STATE_BYTES + SHARDABLE_STATE_BYTES) * p / shards
-    return p / (tp * pp) * (REPLICATED_STATE_BYTES + SHARDABLE_STATE_BYTES / shards)
+    per_gpu = p / (tp * pp) if shard_params is None else shard_params
+    return per_gpu * (REPLICATED_STATE_BYTES + SHARDABLE_STATE_BYTES / shards)
 
 
 def train_bytes_per_gpu(shape: ModelShape, tp: int, pp: int, shards: int, micro_batch_tokens: int,
@@ -145,15 +162,22 @@ def recompute_of(cfg: ExperimentConfig) -> Recompute:
 
 @dataclass(frozen=True)
 class ConfigMemory:
-    """Estimated peak memory of one experiment's GPUs (`areal-hpc slurm plan`)."""
+    """Estimated peak memory of one experiment's GPUs (`areal-hpc slurm plan` and `verify`)."""
 
-    # Trainer GPU: model states, the activations of the first and of the last pipeline stage (the
-    # same stage when pp = 1), the last stage's logits, and the usable HBM.
+    # Trainer GPU: model states of the first and of the last pipeline stage (the same stage when
+    # pp = 1), their activations, the last stage's logits, and the usable HBM. Middle stages hold
+    # fewer states and micro-batches than the first.
     train_states: float
+    last_stage_states: float
     first_stage_activations: float
     last_stage_activations: float
     train_logits: float
     train_limit: float
+    # Parameters per GPU of the first and the last stage's shard (as given, else the estimate's
+    # even split), and the estimate's even split.
+    first_stage_params: float
+    last_stage_params: float
+    estimated_stage_params: float
     # Generator GPU: vLLM reserves gpu_memory_utilization of HBM; of it the weight shard, the
     # workspace and the KV cache, which holds kv_tokens per engine.
     generator_reserved: float
@@ -162,24 +186,40 @@ class ConfigMemory:
     longest_sequence: int
 
     @property
+    def first_stage_peak(self) -> float:
+        return self.train_states + self.first_stage_activations
+
+    @property
+    def last_stage_peak(self) -> float:
+        return self.last_stage_states + self.last_stage_activations + self.train_logits
+
+    @property
     def train_peak(self) -> float:
-        return self.train_states + max(self.first_stage_activations, self.last_stage_activations + self.train_logits)
+        return max(self.first_stage_peak, self.last_stage_peak)
 
 
-def config_memory(cfg: ExperimentConfig, hw: Hardware) -> ConfigMemory:
-    """The memory of cfg's layout on `hw`, micro-batches of trainer.micro_batch_tokens."""
+def config_memory(cfg: ExperimentConfig, hw: Hardware, stage_params: tuple[int, int] | None = None,
+                  model_params: int | None = None) -> ConfigMemory:
+    """The memory of cfg's layout on `hw`, micro-batches of trainer.micro_batch_tokens.
+    `stage_params`: the parameters per GPU of the first and the last stage's shard as built;
+    `model_params`: the whole model's (what each engine holds); default: the shape's estimates."""
     shape = ModelShape.from_config(cfg.model)
     t, g = cfg.trainer, cfg.generator
     tokens = t.micro_batch_tokens
     shards = t.dp if t.distributed_optimizer else 1
     first, last = activation_bytes(shape, t.tp, t.pp, tokens, recompute_of(cfg), t.sequence_parallel)
     logits = logit_bytes(shape, t.tp, tokens, t.logprob_chunk_tokens)
-    states = state_bytes(shape, t.tp, t.pp, shards)
+    even = shape.params / (t.tp * t.pp)
+    first_params, last_params = stage_params or (even, even)
     return ConfigMemory(
-        train_states=states, first_stage_activations=first, last_stage_activations=last, train_logits=logits,
+        train_states=state_bytes(shape, t.tp, t.pp, shards, shard_params=first_params),
+        last_stage_states=state_bytes(shape, t.tp, t.pp, shards, shard_params=last_params),
+        first_stage_activations=first, last_stage_activations=last, train_logits=logits,
         train_limit=train_limit_bytes(hw),
+        first_stage_params=first_params, last_stage_params=last_params, estimated_stage_params=even,
         generator_reserved=g.gpu_memory_utilization * hw.hbm_bytes,
-        generator_weights=shape.params * HALF / g.tensor_parallel_size,
-        kv_tokens=kv_capacity_tokens(shape, hw, g.tensor_parallel_size, g.gpu_memory_utilization, g.max_num_seqs),
+        generator_weights=generator_weight_bytes(shape, g.tensor_parallel_size, model_params),
+        kv_tokens=kv_capacity_tokens(shape, hw, g.tensor_parallel_size, g.gpu_memory_utilization, g.max_num_seqs,
+                                     params=model_params),
         longest_sequence=cfg.rollout.max_prompt_len + cfg.rollout.max_new_tokens,
     )

@@ -1,9 +1,11 @@
-"""`areal-hpc slurm render|plan|scale`: job scripts from configs, the rank -> node -> GPU map, and
-strong-scaling points."""
+"""`areal-hpc slurm render|plan|scale|verify`: job scripts from configs, the rank -> node -> GPU map,
+strong-scaling points, and the check of a layout at its true shapes."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from areal_hpc.config.load import load_config
@@ -36,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("--run-dir", required=True, help="the point's logging.dir (metrics.jsonl goes there)")
     sc.add_argument("-o", "--output", help="write the script here (executable) instead of printing it")
     sc.set_defaults(func=_scale)
+    v = cmds.add_parser("verify", help="check a config's whole layout at its true shapes (config.json only, no GPU)")
+    v.add_argument("file")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    v.add_argument("--gpu", help="GPU of the memory check: h800 (the paper's), h100 or h200 (default: $AREAL_GPU,"
+                   " else h800)")
+    v.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
+    v.set_defaults(func=_verify)
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -55,6 +64,25 @@ def _emit(config: str, overrides: list[str], output: str | None) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     print(describe(load_config(args.file, args.overrides), ranks=args.ranks, hw=preset(args.gpu)))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Exit 0 with the table (or JSON), 2 with one line per problem."""
+    from areal_hpc.metrics.library_logs import quiet_libraries
+    from areal_hpc.slurm.verify import as_dict, gpu_of, table, verify
+
+    quiet_libraries()
+    cfg = load_config(args.file, args.overrides, check_files=False)
+    report = verify(cfg, gpu_of(args.gpu), progress=lambda line: print(f"verify: {line}", file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(as_dict(report), indent=1))
+    for problem in report.problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if report.problems:
+        return 2
+    if not args.json:
+        print(table(report))
     return 0
 
 

@@ -13,7 +13,6 @@ from itertools import groupby
 from areal_hpc.config.schema import ExperimentConfig
 from areal_hpc.rollout import engine_args
 from areal_hpc.sim.hardware import H800, Hardware
-from areal_hpc.sim.memory import config_memory
 from areal_hpc.slurm.hetjob import components, placements, spare_component, uses_gpus
 from areal_hpc.wire.layout import Placement, Role, generator_visible_devices
 
@@ -56,8 +55,11 @@ def node_line(node: int, ranks: list[Placement]) -> str:
 
 
 def memory_lines(cfg: ExperimentConfig, hw: Hardware) -> list[str]:
-    """Estimated peak memory of a trainer GPU and a generator GPU (sim/memory.py)."""
-    m, t, gb = config_memory(cfg, hw), cfg.trainer, 1e9
+    """Estimated peak memory of a trainer GPU and a generator GPU (sim/memory.py), from the shards'
+    parameters as mapped by `slurm verify`, which checks them against the built shards."""
+    from areal_hpc.slurm.verify import mapped_memory
+
+    m, t, gb = mapped_memory(cfg, hw), cfg.trainer, 1e9
     verdict = "fits" if m.train_peak <= m.train_limit else "DOES NOT FIT"
     sequences = m.kv_tokens // m.longest_sequence
     last = f"activations {m.last_stage_activations / gb:.1f} + logits {m.train_logits / gb:.1f}"

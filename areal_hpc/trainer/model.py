@@ -118,18 +118,25 @@ def layer_spec(config, device: str):
     return TransformerBlockSubmodules(layer_specs=[spec] * get_num_layers_to_build(config), layer_norm=RMSNorm)
 
 
-def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage: bool):
-    """The GPTModel of one pipeline stage (unwrapped, on `device`)."""
+def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage: bool, meta: bool = False):
+    """The GPTModel of one pipeline stage (unwrapped, on `device`).
+
+    `meta`: the stage as `device` trains it (its TransformerConfig and dtype), but nothing
+    initialised and in megatron's local layers, for a caller that builds it on the meta device
+    (trainer/meta_build.py): Transformer Engine's layers need it installed and allocate on a real
+    device. Their parameter names differ only as convert.stage_rules(te_names=True) says."""
     from megatron.core.models.gpt import GPTModel
 
     from areal_hpc.trainer import cpu_compat
 
     m = cfg.model
     config = transformer_config(cfg, device)
+    if meta:
+        config.use_cpu_initialization, config.perform_initialization = True, False
     with cpu_compat.cuda_as_cpu():  # the tied output weight of the last stage is moved .cuda()
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(config, device),
+            transformer_layer_spec=layer_spec(config, "cpu" if meta else device),
             vocab_size=m.vocab_size,
             max_sequence_length=m.max_position_embeddings,
             pre_process=first_stage,
@@ -144,4 +151,4 @@ def build_gpt(cfg: ExperimentConfig, device: str, first_stage: bool, last_stage:
             rope_scaling=m.rope_scaling is not None,
             rope_scaling_factor=(m.rope_scaling or {}).get("factor", 8.0),
         )
-    return model.to(device)
+    return model if meta else model.to(device)
