@@ -59,8 +59,9 @@ def test_direct_run_submits_itself_with_partitions_config_and_python_from_env(
     env = {**slurm_cluster.env, "AREAL_TRAIN_PARTITION": "rollout", "AREAL_ROLLOUT_PARTITION": "train",
            "AREAL_CONFIG": str(REPO / TINY), "AREAL_PYTHON": str(REPO / ".venv/bin/python"),
            **PROBE_ENV}
+    # The script checks the layout (`slurm verify`, ~15 s of imports here) before it submits itself.
     submitted = slurm_cluster.run(str(script), "--set", f"logging.dir={run_dir}", "--set", "total_steps=1",
-                                  env=env, cwd=tmp_path).stdout
+                                  env=env, cwd=tmp_path, timeout=300).stdout
     job = submitted.split()[-1]
     comps = slurm_cluster.wait(job)
     output = tmp_path / f"tiny-cpu-{job}.out"
