@@ -512,7 +512,7 @@ def measure(s: Settings, work: Path) -> list[dict]:
             (run_dir / RESULT_FILE).unlink(missing_ok=True)
             ensure_prepared(seed_cfg)
             records, job_s = rl_runs.run(run_dir, wanted)
-            result = {**summarize_run(records, eval_accuracies(run_dir / "eval", cfg.reward.correct)), "job_s": job_s}
+            result = {**summarize_run(records, eval_accuracies(run_dir / "eval")), "job_s": job_s}
             (run_dir / RESULT_FILE).write_text(json.dumps({"overrides": wanted, "result": result}))
             how = f"{job_s:.0f} s"
         runs.append({"seed": seed_cfg.seed, "eta": eta_label(eta), "objective": objective, "run_dir": str(run_dir), **result})

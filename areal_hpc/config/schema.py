@@ -353,16 +353,18 @@ class RewardConfig:
     # The custom reward function: "package.module:function" (importable from PYTHONPATH) or
     # "path/to/file.py:function" (relative to the launch directory). Called as verl calls it,
     # function(data_source, solution_str, ground_truth, extra_info), in the reward workers with
-    # `timeout_s`; it returns the reward as a number or a dict with a "score" (other numeric keys
-    # are averaged per batch as reward/<key>). Imported and called once at launch.
+    # `timeout_s`; it returns the reward as a number, a bool or a dict with a "score" (other numeric
+    # keys are averaged per batch as reward/<key>), on its own scale. A response counts as correct
+    # (accuracy) when the dict's "acc" is true, else when the score reaches 1; a call that fails
+    # scores 0. Imported and called once at launch.
     function: str | None = None
     # Math: where an answer is looked for when a response has no \boxed{...}, in order:
     # "answer_phrase" (the last "answer is X" / "Answer: X") and "last_number" (the last number in
     # the text: rewards lucky truncations and guesses, so only for models that cannot box). [] for
     # boxed answers only (the paper's experiments).
     math_fallbacks: list[str] = field(default_factory=lambda: ["answer_phrase"])
-    # Reward of a correct and of a wrong answer (paper: +5 / -5). A custom function's score is the
-    # reward as is, and a call that fails scores `wrong`; accuracy counts rewards >= `correct`.
+    # Reward of a correct and of a wrong answer of the built-in math and code checks (paper: +5 /
+    # -5); a custom function's rewards are its scores.
     correct: float = 5.0
     wrong: float = -5.0
     # Worker processes per generator.

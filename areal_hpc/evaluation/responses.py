@@ -31,7 +31,7 @@ class Response:
     # The extracted final answer (math), else None.
     answer: str | None
     reward: float
-    # reward >= reward.correct.
+    # The reward check judged it right (Verdict.correct), whatever the scale of its reward.
     correct: bool
     # The reward service's reason ("correct (boxed: 3)", "wrong answer ...", "2/3 tests passed").
     reason: str

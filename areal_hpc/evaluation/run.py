@@ -134,7 +134,7 @@ async def _sample_and_score(cfg: ExperimentConfig, job: EvalJob, sets: list[Eval
         answer = extract_answer(text, fallbacks).answer if es.kinds[i] == "math" else None
         out[es.name].append(Response(
             es.rows[i], f.sample, es.sources[i], es.kinds[i], text, answer, verdict.reward,
-            verdict.reward >= cfg.reward.correct, verdict.reason, len(f.output_ids), f.finish_reason,
+            verdict.correct, verdict.reason, len(f.output_ids), f.finish_reason,
         ))
 
     left = {p.key: p.n for p in prompts}

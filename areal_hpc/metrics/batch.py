@@ -16,15 +16,16 @@ def staleness_histogram(trajectories: Sequence[Trajectory], version: int) -> dic
     return dict(sorted(Counter(version - t.oldest_version for t in trajectories).items()))
 
 
-def batch_stats(trajectories: Sequence[Trajectory], version: int, correct_reward: float) -> dict[str, float]:
-    """A trajectory counts as correct when its reward reaches the reward of a correct answer."""
+def batch_stats(trajectories: Sequence[Trajectory], version: int) -> dict[str, float]:
+    """Accuracy counts the trajectories whose reward check judged them right (Trajectory.correct),
+    whatever the scale of their rewards: a custom function's 0/1 and the built-in +5/-5 alike."""
     n = len(trajectories)
     if n == 0:
         raise ValueError("an empty batch has no statistics")
     hist = staleness_histogram(trajectories, version)
     stats = {
         "reward_mean": sum(t.reward for t in trajectories) / n,
-        "accuracy": sum(t.reward >= correct_reward for t in trajectories) / n,
+        "accuracy": accuracy(trajectories),
         "trained_tokens": float(sum(t.num_tokens for t in trajectories)),
         "response_len_mean": sum(len(t.output_ids) for t in trajectories) / n,
         "response_len_max": float(max(len(t.output_ids) for t in trajectories)),
@@ -34,7 +35,7 @@ def batch_stats(trajectories: Sequence[Trajectory], version: int, correct_reward
     }
     stats.update({f"staleness_hist/{s}": float(c) for s, c in hist.items()})
     stats.update(cost_stats(trajectories))
-    stats.update(source_stats(trajectories, correct_reward))
+    stats.update(source_stats(trajectories))
     stats.update(reward_metric_means(trajectories))
     return stats
 
@@ -58,19 +59,18 @@ def cost_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
-def source_stats(trajectories: Sequence[Trajectory], correct_reward: float,
-                 prefix: str = "source/") -> dict[str, float]:
+def source_stats(trajectories: Sequence[Trajectory], prefix: str = "source/") -> dict[str, float]:
     """`<prefix><data_source>/reward_mean` and `.../accuracy` of each data source present (a mixed
     run's overall mean hides which data set improves); trajectories without a source count only
     in the overall keys."""
-    rewards: dict[str, list[float]] = {}
+    by_source: dict[str, list[Trajectory]] = {}
     for t in trajectories:
         if t.data_source is not None:
-            rewards.setdefault(t.data_source, []).append(t.reward)
+            by_source.setdefault(t.data_source, []).append(t)
     stats = {}
-    for source, values in sorted(rewards.items()):
-        stats[f"{prefix}{source}/reward_mean"] = sum(values) / len(values)
-        stats[f"{prefix}{source}/accuracy"] = sum(v >= correct_reward for v in values) / len(values)
+    for source, ts in sorted(by_source.items()):
+        stats[f"{prefix}{source}/reward_mean"] = sum(t.reward for t in ts) / len(ts)
+        stats[f"{prefix}{source}/accuracy"] = accuracy(ts)
     return stats
 
 
@@ -84,5 +84,5 @@ def reward_metric_means(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     return {f"reward/{key}": sum(v) / len(v) for key, v in sorted(values.items())}
 
 
-def accuracy(trajectories: Sequence[Trajectory], correct_reward: float) -> float:
-    return sum(t.reward >= correct_reward for t in trajectories) / max(len(trajectories), 1)
+def accuracy(trajectories: Sequence[Trajectory]) -> float:
+    return sum(t.correct for t in trajectories) / max(len(trajectories), 1)

@@ -152,20 +152,21 @@ def verdict(g: Gain | None) -> str:
     return f"Held-out accuracy went {change}: within its standard error, no clear change."
 
 
-def eval_accuracies(eval_dir: Path, correct: float) -> list[dict[int, float]]:
-    """Per evaluation file (eval/version-NNNNNN.jsonl, in version order): each row's accuracy."""
+def eval_accuracies(eval_dir: Path) -> list[dict[int, float]]:
+    """Per evaluation file (eval/version-NNNNNN.jsonl, in version order): each row's accuracy, the
+    share of its samples judged correct (rows of a file written before "correct" was are left out)."""
     out = []
     for path in sorted(eval_dir.glob("version-*.jsonl")):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out.append({r["row"]: mean(x >= correct for x in r["rewards"]) for r in rows if r["rewards"]})
+        out.append({r["row"]: mean(r["correct"]) for r in rows if r.get("correct")})
     return out
 
 
-def finish(run_dir: str | Path, records: list[dict], title: str, correct: float) -> tuple[dict, Path]:
+def finish(run_dir: str | Path, records: list[dict], title: str) -> tuple[dict, Path]:
     """Write summary.json and summary.png into the run directory, print the table and the verdict."""
     run_dir = Path(run_dir)
     summary = summarize(records)
-    evals = eval_accuracies(run_dir / "eval", correct)
+    evals = eval_accuracies(run_dir / "eval")
     gain = paired_gain(evals[0], evals[-1]) if len(evals) >= 2 else None
     if gain is not None:
         summary.update(eval_gain=gain.gain, eval_gain_stderr=gain.stderr)

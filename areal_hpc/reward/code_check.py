@@ -90,6 +90,6 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
         return Verdict(config.wrong, passed, total, f"memory limit of {config.code.memory_mb} MB for the run"
                        f" exceeded (its memory cgroup stopped {result.oom_kills} process(es))")
     if passed == total:
-        return Verdict(config.correct, passed, total, f"passed {total}/{total} tests")
+        return Verdict(config.correct, passed, total, f"passed {total}/{total} tests", correct=True)
     reason = failures[0] if failures else f"test {len(result.cases) + 1}/{total}: {result.error}"
     return Verdict(config.wrong, passed, total, reason)

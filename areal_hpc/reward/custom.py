@@ -1,7 +1,11 @@
 """Reward functions that users bring (reward.function), called as verl calls them.
 
 `function(data_source=..., solution_str=..., ground_truth=..., extra_info=...)` returns the
-reward: a number, or a dict with a "score" whose other numeric values are per-sample metrics. The
+reward: a number, a bool, or a dict with a "score" whose other numeric values are per-sample
+metrics. The score is the reward as is, on the function's own scale (reward.correct and
+reward.wrong are the built-in checks' rewards). Whether the response counts as correct (the
+accuracy metrics) is judged as verl reads such functions: the dict's "acc" when it has one, else
+the score reaching 1 (a bool True, or the top of a 0/1 or -1/1 scale). The
 function is the user's own (trusted) code, so it runs unsandboxed, in the reward workers: a slow or
 crashing function costs a worker, never the generator. A call is limited to reward.timeout_s by
 SIGALRM where it runs on a main thread (the workers, the CLI, preflight); a function the alarm
@@ -19,8 +23,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+import numpy as np
 
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.config.validate import FUNCTION_FORM
@@ -29,6 +36,21 @@ from areal_hpc.reward.compare import shorten
 from areal_hpc.reward.task import CustomTask, Verdict
 
 RewardFunction = Callable[..., object]
+
+# The score of a correct response without an "acc" saying so: verl's functions score 0/1 (or -1/1).
+CORRECT_SCORE = 1.0
+# The reward of a call that gave none (raised, timed out, returned no number): verl's wrong answer.
+FAILED_SCORE = 0.0
+
+
+@dataclass(frozen=True)
+class Score:
+    """What one call of the function returned."""
+
+    reward: float
+    correct: bool
+    # The dict's other numeric values ("acc" included), averaged per batch as reward/<key>.
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class CustomFunctionError(UserError):
@@ -97,12 +119,22 @@ def _with_deadline(fn: RewardFunction, seconds: float, **kwargs: object) -> obje
 
 
 def _finite(value: object) -> float | None:
-    if isinstance(value, numbers.Real) and math.isfinite(value):
+    """A number (bools, numpy's included) as a float; None for anything else, or inf and nan."""
+    if isinstance(value, numbers.Real | np.bool_) and math.isfinite(value):
         return float(value)
     return None
 
 
-def _reward_of(result: object) -> tuple[float, dict[str, float]]:
+def _judged(acc: object) -> bool:
+    """Whether a returned "acc" says correct: True, or a number reaching CORRECT_SCORE."""
+    value = _finite(acc)
+    if value is None:
+        raise CallFailed(f"returned an 'acc' that is not a bool or a finite number: {shorten(repr(acc))}")
+    return value >= CORRECT_SCORE
+
+
+def score_of(result: object) -> Score:
+    """The reward, the verdict and the metrics of what the function returned (pure)."""
     if isinstance(result, dict):
         if "score" not in result:
             keys = ", ".join(map(str, result)) or "none"
@@ -110,18 +142,18 @@ def _reward_of(result: object) -> tuple[float, dict[str, float]]:
         score = _finite(result["score"])
         if score is None:
             raise CallFailed(f"returned a 'score' that is not a finite number: {shorten(repr(result['score']))}")
+        correct = _judged(result["acc"]) if "acc" in result else score >= CORRECT_SCORE
         numbers = ((str(k), _finite(v)) for k, v in result.items() if k != "score")
-        metrics = {k: v for k, v in numbers if v is not None}
-        return score, metrics
+        return Score(score, correct, {k: v for k, v in numbers if v is not None})
     score = _finite(result)
     if score is None:
         raise CallFailed(f"returned {type(result).__name__} {shorten(repr(result))},"
                          " not a finite number or a dict with a 'score'")
-    return score, {}
+    return Score(score, score >= CORRECT_SCORE)
 
 
-def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> tuple[float, dict[str, float]]:
-    """The reward and the metrics of one call; raises CallFailed saying why there are none."""
+def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> Score:
+    """What one call returned; raises CallFailed saying why it gave no reward."""
     try:
         result = _with_deadline(fn, timeout_s, data_source=task.data_source, solution_str=task.response,
                                 ground_truth=task.ground_truth, extra_info=task.extra_info)
@@ -129,13 +161,15 @@ def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> tuple[float,
         raise CallFailed(f"timed out after {timeout_s:g} s") from None
     except (Exception, SystemExit) as e:
         raise CallFailed(f"raised {type(e).__name__}: {shorten(str(e))}") from None
-    return _reward_of(result)
+    return score_of(result)
 
 
 def check_custom(task: CustomTask, fn: RewardFunction, config: RewardConfig) -> Verdict:
-    """Score one response with config.function (`fn`); a call that fails scores wrong, saying why."""
+    """Score one response with config.function (`fn`); a call that fails scores FAILED_SCORE and
+    not correct, saying why."""
     try:
-        score, metrics = call(fn, task, config.timeout_s)
+        score = call(fn, task, config.timeout_s)
     except CallFailed as e:
-        return Verdict(config.wrong, 0, 1, f"custom reward function {config.function} {e}")
-    return Verdict(score, int(score >= config.correct), 1, f"score {score:g} from {config.function}", metrics)
+        return Verdict(FAILED_SCORE, 0, 1, f"custom reward function {config.function} {e}")
+    return Verdict(score.reward, int(score.correct), 1, f"score {score.reward:g} from {config.function}",
+                   score.metrics, correct=score.correct)

@@ -100,6 +100,6 @@ def check_math(task: MathTask, config: RewardConfig) -> Verdict:
     except TimeoutError:
         return fail(f"verification timed out after {config.timeout_s:g} s")
     if ok:
-        return Verdict(config.correct, 1, 1, f"correct ({extracted.how}: {shorten(extracted.answer)})")
+        return Verdict(config.correct, 1, 1, f"correct ({extracted.how}: {shorten(extracted.answer)})", correct=True)
     return fail(f"wrong answer ({extracted.how}): got {shorten(extracted.answer)!r}, "
                 f"expected {shorten(task.reference)!r}")

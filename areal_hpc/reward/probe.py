@@ -77,8 +77,8 @@ def main() -> int:
         reply: dict = {"import_error": str(e)}
     else:
         try:
-            reward, metrics = call(fn, task, float(request["timeout_s"]))
-            reply = {"reward": reward, "metrics": metrics}
+            score = call(fn, task, float(request["timeout_s"]))
+            reply = {"reward": score.reward, "metrics": score.metrics}
         except CallFailed as e:
             reply = {"error": str(e)}
     out.write(json.dumps(reply) + "\n")

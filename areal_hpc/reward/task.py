@@ -102,6 +102,9 @@ class Verdict:
     # The reward service failed (a worker died, hung or could not start; a scoring bug), not the
     # response: the reward says nothing about it, and the sample is left out of training.
     infra: bool = False
+    # The response is right: what the accuracy metrics count. The built-in checks' reward is then
+    # reward.correct; a custom function's reward is on its own scale (reward/custom.py).
+    correct: bool = False
 
     def to_json(self) -> dict:
         obj = asdict(self)
@@ -115,7 +118,7 @@ class Verdict:
     def from_json(cls, obj: dict) -> Verdict:
         metrics = {str(k): float(v) for k, v in obj.get("metrics", {}).items()}
         return cls(float(obj["reward"]), int(obj["passed"]), int(obj["total"]), str(obj["reason"]), metrics,
-                   bool(obj.get("infra", False)))
+                   bool(obj.get("infra", False)), bool(obj["correct"]))
 
 
 def failure(task: Task | None, reward: float, reason: str, infra: bool = False) -> Verdict:

@@ -631,7 +631,7 @@ class Controller:
                       f" {len(trajectories) + len(failed)} samples of the batch for version {c.version}, leaving"
                       f" fewer than the {least} (ppo.minibatches x trainer.dp) a step needs: "
                       + "; ".join(reasons[:3]))
-        stats = batch_stats(trajectories, c.version, self.cfg.reward.correct)
+        stats = batch_stats(trajectories, c.version)
         stats["reward_infra_failures"] = float(len(failed))
         if failed:
             log.warning("version %d: %d sample(s) left out of training, the reward service failed on them: %s",
@@ -647,7 +647,7 @@ class Controller:
     # ---- evaluation -----------------------------------------------------------------------
 
     def _on_eval_finished(self, ev: EvalFinished) -> None:
-        acc = accuracy(ev.results, self.cfg.reward.correct)
+        acc = accuracy(ev.results)
         n = len(ev.results)
         record = {
             "eval_accuracy": acc,
@@ -655,7 +655,7 @@ class Controller:
             "eval_response_len_mean": sum(len(t.output_ids) for t in ev.results) / n,
             **self._eval_pass_at_k(ev.results),
             **self._eval_sets(ev),
-            **source_stats(ev.results, self.cfg.reward.correct, prefix="eval_source/"),
+            **source_stats(ev.results, prefix="eval_source/"),
         }
         self.metrics.write(ev.version, record)
         self._write_eval_samples(ev)
@@ -671,7 +671,7 @@ class Controller:
         sampling k answers beats one, the headroom RL turns into pass@1."""
         correct: dict[int, list[bool]] = {}
         for t in results:
-            correct.setdefault(t.prompt_id, []).append(t.reward >= self.cfg.reward.correct)
+            correct.setdefault(t.prompt_id, []).append(t.correct)
         n = min(len(c) for c in correct.values())
         return {f"{prefix}pass@{k}": sum(pass_at_k(len(c), sum(c), k) for c in correct.values()) / len(correct)
                 for k in ks_for(n)}
@@ -688,7 +688,7 @@ class Controller:
             results = [t for t in ev.results if -1 - t.prompt_id in rows]
             start += size
             if results:
-                out[f"eval_set/{name}/accuracy"] = accuracy(results, self.cfg.reward.correct)
+                out[f"eval_set/{name}/accuracy"] = accuracy(results)
                 out.update(self._eval_pass_at_k(results, f"eval_set/{name}/"))
         return out
 
@@ -698,8 +698,10 @@ class Controller:
         for t in sorted(ev.results, key=lambda t: (t.prompt_id, t.sample_index)):
             row = -1 - t.prompt_id
             entry = rows.setdefault(row, {"row": row, "prompt": self.prompts.held_out[row].prompt,
-                                          "answer": self.prompts.held_out[row].answer, "rewards": [], "lengths": []})
+                                          "answer": self.prompts.held_out[row].answer, "rewards": [], "correct": [],
+                                          "lengths": []})
             entry["rewards"].append(t.reward)
+            entry["correct"].append(t.correct)
             entry["lengths"].append(len(t.output_ids))
         path = self.run_dir / "eval" / f"version-{ev.version:06d}.jsonl"
         path.parent.mkdir(exist_ok=True)
@@ -756,7 +758,6 @@ class Controller:
         self.progress.close()
         self.metrics.close()
         records = read_records(self.run_dir / "metrics.jsonl")
-        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}",
-                                     self.cfg.reward.correct)
+        summary, png = report.finish(self.run_dir, records, f"{self.cfg.name}: eta={self.cfg.rollout.eta}")
         print(f"metrics: {self.run_dir / 'metrics.jsonl'}\nplot: {png}", flush=True)
         return code

@@ -113,6 +113,7 @@ class GeneratorRank:
         traj.reward = verdict.reward
         traj.reward_reason = verdict.reason
         traj.reward_infra = verdict.infra
+        traj.correct = verdict.correct
         traj.reward_metrics = verdict.metrics
         traj.reward_s = time.monotonic() - start
         self.chan.send(CONTROLLER_RANK, traj)

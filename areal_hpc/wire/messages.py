@@ -86,6 +86,8 @@ class Trajectory:
     reward_reason: str = ""
     # The reward service failed on this sample (Verdict.infra): it is left out of training.
     reward_infra: bool = False
+    # The response is right (Verdict.correct): what the accuracy metrics count.
+    correct: bool = False
     # Seconds from submission to the last token, and to the reward.
     generate_s: float = 0.0
     reward_s: float = 0.0

@@ -16,14 +16,16 @@ from areal_hpc.metrics.writer import MetricsWriter
 from areal_hpc.wire.messages import Trajectory
 
 
-def traj(versions: list[int], reward: float, n_out: int = 3, finish: str = "stop") -> Trajectory:
-    return Trajectory(0, 0, [1, 2], list(range(n_out)), [0.0] * n_out, versions, finish, reward=reward)
+def traj(versions: list[int], reward: float, n_out: int = 3, finish: str = "stop", correct: bool | None = None) -> Trajectory:
+    """`correct` defaults to the built-in checks' reward.correct of +5."""
+    return Trajectory(0, 0, [1, 2], list(range(n_out)), [0.0] * n_out, versions, finish, reward=reward,
+                      correct=reward == 5.0 if correct is None else correct)
 
 
 def test_batch_stats():
     batch = [traj([3, 3, 4], 5.0), traj([4, 4, 4], -5.0), traj([2, 4, 4, 4, 4], -5.0, 5, "length")]
     assert staleness_histogram(batch, 4) == {0: 1, 1: 1, 2: 1}
-    s = batch_stats(batch, version=4, correct_reward=5.0)
+    s = batch_stats(batch, version=4)
     assert s["reward_mean"] == pytest.approx(-5 / 3)
     assert s["accuracy"] == pytest.approx(1 / 3)
     assert s["trained_tokens"] == 2 + 3 + 2 + 3 + 2 + 5
@@ -31,25 +33,25 @@ def test_batch_stats():
     assert s["truncated_fraction"] == pytest.approx(1 / 3)
     assert s["staleness_hist/2"] == 1
     with pytest.raises(ValueError):
-        batch_stats([], 0, 5.0)
+        batch_stats([], 0)
     assert not any(k.startswith(("source/", "reward/")) for k in s)  # no sources, no custom metrics
 
 
 def test_batch_stats_per_source_and_custom_metrics():
     def sample(source: str | None, reward: float, metrics: dict[str, float]) -> Trajectory:
-        t = traj([4, 4, 4], reward)
+        t = traj([4, 4, 4], reward, correct=reward in (5.0, 1.0))
         t.data_source, t.reward_metrics = source, metrics
         return t
 
-    batch = [sample("openai/gsm8k", 5.0, {}), sample("openai/gsm8k", -5.0, {}), sample("mine", 0.75, {"len": 4.0}),
-             sample("mine", 5.0, {"len": 2.0, "acc": 1.0}), sample(None, 5.0, {})]
-    s = batch_stats(batch, version=4, correct_reward=5.0)
+    batch = [sample("openai/gsm8k", 5.0, {}), sample("openai/gsm8k", -5.0, {}), sample("mine", 0.0, {"len": 4.0}),
+             sample("mine", 1.0, {"len": 2.0, "acc": 1.0}), sample(None, 5.0, {})]
+    s = batch_stats(batch, version=4)
     assert s["source/openai/gsm8k/reward_mean"] == 0.0 and s["source/openai/gsm8k/accuracy"] == 0.5
-    assert s["source/mine/reward_mean"] == pytest.approx(2.875) and s["source/mine/accuracy"] == 0.5
+    assert s["source/mine/reward_mean"] == 0.5 and s["source/mine/accuracy"] == 0.5
     assert not any(k.startswith("source/None") for k in s)  # a row without a source is only in the totals
     assert s["accuracy"] == 0.6
     assert s["reward/len"] == 3.0 and s["reward/acc"] == 1.0  # each over the samples that report it
-    assert source_stats(batch, 5.0, prefix="eval_source/")["eval_source/mine/accuracy"] == 0.5
+    assert source_stats(batch, prefix="eval_source/")["eval_source/mine/accuracy"] == 0.5
 
 
 def test_busy_clock_idle_fraction():
@@ -88,7 +90,7 @@ def test_writer_resume_drops_later_steps_and_report(tmp_path):
     assert s["eval_accuracy_first"] == 0.2 and s["eval_accuracy_last"] == 0.5
     assert s["effective_tokens_per_s"] == 200.0  # first step skipped
     assert s["staleness_hist/1"] == 8.0
-    summary, png = finish(tmp_path, records, "test", correct=5.0)
+    summary, png = finish(tmp_path, records, "test")
     assert png.stat().st_size > 1000 and (tmp_path / "summary.json").is_file()
 
 
@@ -107,12 +109,14 @@ def test_the_verdict_pairs_prompts_across_evaluations(tmp_path, capsys):
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     (eval_dir / "version-000000.jsonl").write_text(
-        json.dumps({"row": 0, "rewards": [-5, -5]}) + "\n" + json.dumps({"row": 1, "rewards": [-5, 5]}) + "\n")
+        json.dumps({"row": 0, "rewards": [-5, -5], "correct": [False, False]}) + "\n"
+        + json.dumps({"row": 1, "rewards": [-5, 5], "correct": [False, True]}) + "\n")
     (eval_dir / "version-000020.jsonl").write_text(
-        json.dumps({"row": 0, "rewards": [5, 5]}) + "\n" + json.dumps({"row": 1, "rewards": [5, 5]}) + "\n")
+        json.dumps({"row": 0, "rewards": [1, 1], "correct": [True, True]}) + "\n"  # a custom function's 0/1
+        + json.dumps({"row": 1, "rewards": [5, 5], "correct": [True, True]}) + "\n")
     summary, _ = finish(tmp_path, [{"step": 1, "trained_tokens": 1.0, "reward_mean": 0.0, "staleness_max": 0.0, "elapsed_s": 1.0,
                                   "effective_tokens_per_s": 1.0, "generated_tokens_per_s": 1.0}],
-                        "t", correct=5.0)
+                        "t")
     assert summary["eval_gain"] == 0.75
     assert "Held-out accuracy rose from 0.250 to 1.000" in capsys.readouterr().out
 

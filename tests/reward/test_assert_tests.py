@@ -112,7 +112,7 @@ def score(sandbox: Sandbox, program: str, tests: dict, stop_early: bool = True) 
 @pytest.mark.parametrize("tests, cases", [(HUMANEVAL, 3), (HUMANEVAL_LOOP, 1), (MBPP, 3)])
 def test_correct_program_passes(sandbox: Sandbox, tests: dict, cases: int) -> None:
     response = f"Clamp the sum:\n```python\n{CORRECT}```\n"
-    assert score(sandbox, response, tests) == Verdict(5.0, cases, cases, f"passed {cases}/{cases} tests")
+    assert score(sandbox, response, tests) == Verdict(5.0, cases, cases, f"passed {cases}/{cases} tests", correct=True)
     assert not sandbox_processes()
 
 

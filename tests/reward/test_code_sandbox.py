@@ -28,7 +28,7 @@ def score(sandbox: Sandbox, program: str, tests=ADD, stop_early: bool = True, **
 
 def test_correct_solution_passes(sandbox: Sandbox) -> None:
     response = f"Here is my solution:\n```python\n{ADD_PROGRAM}```\nIt reads two numbers."
-    assert score(sandbox, response) == Verdict(5.0, 3, 3, "passed 3/3 tests")
+    assert score(sandbox, response) == Verdict(5.0, 3, 3, "passed 3/3 tests", correct=True)
     assert not sandbox_processes()
 
 

@@ -7,10 +7,20 @@ import asyncio
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from areal_hpc.config.schema import RewardConfig
-from areal_hpc.reward.custom import CallFailed, CustomFunctionError, call, check_custom, load_function
+from areal_hpc.reward.custom import (
+    FAILED_SCORE,
+    CallFailed,
+    CustomFunctionError,
+    Score,
+    call,
+    check_custom,
+    load_function,
+    score_of,
+)
 from areal_hpc.reward.pool import RewardPool
 from areal_hpc.reward.sandbox import SandboxUnavailable
 from areal_hpc.reward.task import CustomTask, MathTask, Verdict, kind_of, task_from_json, task_to_json
@@ -93,14 +103,14 @@ def task(response: str = "42", ground_truth: str = "42", source: str | None = "m
 
 
 def test_file_form_is_called_as_verl_calls_it(functions: Path) -> None:
-    score, metrics = call(load_function(f"{functions}:exact"), task(), 5.0)
+    score = call(load_function(f"{functions}:exact"), task(), 5.0)
     # non-numeric values (the prediction) are dropped; booleans are numbers
-    assert (score, metrics) == (1.0, {"chars": 2.0, "source_is_mine": 1.0, "split": 2.0})
+    assert score == Score(1.0, True, {"chars": 2.0, "source_is_mine": 1.0, "split": 2.0})
 
 
 def test_module_form(functions: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(functions.parent))
-    assert call(load_function("rewards:plain"), task("so 42"), 5.0) == (5.0, {})
+    assert call(load_function("rewards:plain"), task("so 42"), 5.0) == Score(5.0, True)
 
 
 @pytest.mark.parametrize("spec, fragment", [
@@ -132,8 +142,27 @@ def test_a_failing_call_is_a_failed_sample_saying_why(functions: Path, name: str
     with pytest.raises(CallFailed, match="^" + why.replace("(", r"\(").replace(")", r"\)")):
         call(load_function(spec), task(), config.timeout_s)
     verdict = check_custom(task(), load_function(spec), config)
-    assert (verdict.reward, verdict.passed, verdict.total) == (config.wrong, 0, 1)
+    assert (verdict.reward, verdict.passed, verdict.total, verdict.correct) == (FAILED_SCORE, 0, 1, False)
     assert verdict.reason.startswith(f"custom reward function {spec} {why}")
+
+
+@pytest.mark.parametrize("result, score", [
+    (1, Score(1.0, True)), (0, Score(0.0, False)), (True, Score(1.0, True)), (False, Score(0.0, False)),
+    (np.bool_(True), Score(1.0, True)), (np.float32(0.5), Score(0.5, False)),
+    (-1.0, Score(-1.0, False)), (1.5, Score(1.5, True)),  # DAPO's -1/1; past 1 still correct
+    ({"score": 1.0}, Score(1.0, True)),
+    # verl's "acc" decides when present, whatever the score's scale (e.g. a shaped reward)
+    ({"score": 0.9, "acc": True, "pred": "4"}, Score(0.9, True, {"acc": 1.0})),
+    ({"score": 1.0, "acc": False}, Score(1.0, False, {"acc": 0.0})),
+    ({"score": 3.0, "acc": 0.0}, Score(3.0, False, {"acc": 0.0})),
+])
+def test_what_counts_as_correct(result: object, score: Score) -> None:
+    assert score_of(result) == score
+
+
+def test_an_acc_that_is_no_number_fails_the_call() -> None:
+    with pytest.raises(CallFailed, match=r"^returned an 'acc' that is not a bool or a finite number: 'yes'$"):
+        score_of({"score": 1.0, "acc": "yes"})
 
 
 def test_a_call_past_the_timeout_fails_quickly(functions: Path) -> None:
@@ -175,7 +204,9 @@ def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> N
     failed, after, backend = asyncio.run(run())
     assert time.monotonic() - start < 60
     assert backend == f"math, custom {config.function} (module _areal_hpc_reward_function_rewards)"
-    assert all((v.reward, v.passed, v.total) == (config.wrong, 0, 1) for v in failed), failed
+    # The function's own failures score 0 on its scale; those of the service (infra) reward.wrong.
+    assert all((v.reward, v.passed, v.total, v.correct) == (config.wrong if v.infra else FAILED_SCORE, 0, 1, False)
+               for v in failed), failed
     spec = config.function
     assert [v.reason for v in failed] == [
         f"custom reward function {spec} raised ValueError: no answer in 42",
@@ -187,7 +218,7 @@ def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> N
     ]
     # The function's own errors are its verdict; a worker the pool had to kill is the service's.
     assert [v.infra for v in failed] == [False, False, True, True, False, False]
-    assert [(v.reward, v.passed) for v in after] == [(1.0, 0), (0.0, 0), (5.0, 1)]
+    assert [(v.reward, v.passed, v.correct) for v in after] == [(1.0, 1, True), (0.0, 0, False), (5.0, 1, True)]
     assert after[0].metrics == {"chars": 2.0, "source_is_mine": 1.0, "split": 2.0}
     assert after[0].reason == f"score 1 from {spec}"
 

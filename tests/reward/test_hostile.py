@@ -115,7 +115,7 @@ def contained(served: Served, program: str, tests: TestSuite = ADD) -> Verdict:
     for pid in pool.worker_pids():
         assert pid is not None and psutil.Process(pid).children(recursive=True) == []
     assert sandbox_processes() == []
-    assert score(ADD_PROGRAM, ADD) == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests")
+    assert score(ADD_PROGRAM, ADD) == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests", correct=True)
     return verdict
 
 

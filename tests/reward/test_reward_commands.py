@@ -24,7 +24,7 @@ def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict | None
 def test_math_command(capsys) -> None:
     code, verdict, _ = run_cli(capsys, "reward", "math", "--answer", "thus \\boxed{\\frac{1}{2}}",
                                "--reference", "0.5")
-    assert code == 0 and verdict == {"reward": 5.0, "passed": 1, "total": 1,
+    assert code == 0 and verdict == {"reward": 5.0, "passed": 1, "total": 1, "correct": True,
                                      "reason": "correct (boxed: \\frac{1}{2})"}
     code, verdict, _ = run_cli(capsys, "reward", "math", "--answer", "\\boxed{3", "--reference", "3")
     assert code == 0 and verdict["reward"] == -5.0 and "never closes" in verdict["reason"]
@@ -61,7 +61,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 def test_code_command_counts_every_case(capsys, files) -> None:
     code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["good"]), "--tests",
                                str(files["tests"]))
-    assert code == 0 and verdict == {"reward": 5.0, "passed": 3, "total": 3, "reason": "passed 3/3 tests"}
+    assert code == 0 and verdict == {"reward": 5.0, "passed": 3, "total": 3, "reason": "passed 3/3 tests", "correct": True}
     code, verdict, _ = run_cli(capsys, "reward", "code", "--program", str(files["half"]), "--tests",
                                str(files["tests"]))
     assert code == 0 and (verdict["reward"], verdict["passed"], verdict["total"]) == (-5.0, 2, 3)
@@ -120,17 +120,18 @@ def test_custom_command(capsys, tmp_path) -> None:
     spec = f"{fn}:score"
     code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "it is 12",
                                "--ground-truth", "12", "--data-source", "mine")
-    assert code == 0 and verdict == {"reward": 1.0, "passed": 0, "total": 1, "reason": f"score 1 from {spec}",
-                                     "metrics": {"chars": 8.0}}
+    assert code == 0 and verdict == {"reward": 1.0, "passed": 1, "total": 1, "reason": f"score 1 from {spec}",
+                                     "metrics": {"chars": 8.0}, "correct": True}
     code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "x", "--ground-truth",
                                "12", "--data-source", "broken")
-    assert code == 0 and verdict == {"reward": -5.0, "passed": 0, "total": 1,
+    assert code == 0 and verdict == {"reward": 0.0, "passed": 0, "total": 1, "correct": False,
                                      "reason": f"custom reward function {spec} raised KeyError: 'broken'"}
     config = tmp_path / "exp.yaml"
-    config.write_text(f"base: [{TINY_CPU}]\nreward:\n  correct: 1.0\n  wrong: 0.0\n")
+    config.write_text(f"base: [{TINY_CPU}]\nreward:\n  correct: 7.0\n  wrong: -7.0\n")
     code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", spec, "--response", "12", "--ground-truth",
                                "12", "--config", str(config))
-    assert code == 0 and (verdict["reward"], verdict["passed"]) == (1.0, 1)  # correct at reward.correct
+    # The function's own scale: reward.correct and wrong change nothing of its verdicts.
+    assert code == 0 and (verdict["reward"], verdict["passed"], verdict["correct"]) == (1.0, 1, True)
     code, verdict, err = run_cli(capsys, "reward", "custom", "--function", f"{fn}:scores", "--response", "12",
                                  "--ground-truth", "12")
     assert code == 2 and verdict is None and err == f"error: reward function '{fn}:scores': {fn} defines no" \

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow
 STEPS, B, GROUP = 2, 4, 2
 KILLER = 1  # a custom row of the first batch
 MATH, CUSTOM = "arith", "custom/echo"
-# Rewards no math verdict can give (+-5), so each sample shows which reward scored it. The assert
-# fails (a failed sample, scored -5) if a math row were routed here.
+# Rewards no math verdict can give (+-5), so each sample shows which reward scored it: 1.25 is
+# correct (at least 1), 0.25 is not. The assert fails (a failed call, scored 0) if a math row were
+# routed here.
 FUNCTION = '''
 import os
 
@@ -78,6 +79,9 @@ def test_math_and_custom_prompts_in_one_run(tmp_path: Path, tiny_model_dir: Path
         assert r["source/arith/reward_mean"] % 2.5 == 0 and -5 <= r["source/arith/reward_mean"] <= 5, r
         assert 0.25 <= r["source/custom/echo/reward_mean"] <= 1.25, r
         assert {"source/arith/accuracy", "source/custom/echo/accuracy", "reward/chars"} <= r.keys()
+        # Each source's accuracy on its own scale: the share of +5 among +-5, of 1.25 among 0.25/1.25.
+        assert r["source/arith/accuracy"] == pytest.approx((r["source/arith/reward_mean"] + 5) / 10), r
+        assert r["source/custom/echo/accuracy"] == pytest.approx(r["source/custom/echo/reward_mean"] - 0.25), r
     evals = [r for r in records if "eval_accuracy" in r]
     assert [e["step"] for e in evals] == [0, STEPS]
     assert all({"eval_source/arith/accuracy", "eval_source/custom/echo/accuracy"} <= e.keys() for e in evals)
