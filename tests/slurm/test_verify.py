@@ -109,6 +109,10 @@ def test_the_cli_prints_the_table_and_json(capsys: pytest.CaptureFixture) -> Non
     assert main(["slurm", "verify", TINY, "--set", "trainer.tp=2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] and data["trainer"]["tp"] == 2 and data["weight_update"][0]["group_world"] == 2
+    assert main(["slurm", "verify", paper("code-32b")]) == 0
+    out = capsys.readouterr().out
+    assert "ranks 0 (stage 0, " in out and "48 (stage 1, " in out
+    assert "weight update stage 1: 98 buckets, 32.76 GB (largest 1.56); group of 289: sender rank 49" in out
 
 
 FAMILIES = {
