@@ -46,21 +46,19 @@ lint: venv
 	$(VENV)/bin/ruff check areal_hpc tests benchmarks
 
 # Asynchronous RL of the tiny model on this machine, every component real: controller, Megatron
-# trainer and vLLM generator as 3 MPI ranks. The first run also prepares the warm-started tiny
-# model (cached in .cache/). Ends with a summary table and the path of its plot.
+# trainer and vLLM generator as 3 MPI ranks (`areal-hpc train`). The first run also prepares the
+# warm-started tiny model (cached in .cache/). Ends with a summary table and the path of its plot.
 QUICKSTART_CONFIG := configs/experiments/quickstart.yaml
 quickstart: venv
 	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CONFIG)
-	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CONFIG) \
-		--set checkpoint.resume=never
+	$(VENV)/bin/areal-hpc train $(QUICKSTART_CONFIG) --set checkpoint.resume=never
 
 # The same on the synthetic code task: the model writes programs, the reward runs them in the bwrap
 # sandbox against hidden input/output tests (configs/experiments/quickstart-code.yaml).
 QUICKSTART_CODE_CONFIG := configs/experiments/quickstart-code.yaml
 quickstart-code: venv sandbox-tools
 	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CODE_CONFIG)
-	OMP_NUM_THREADS=1 $(VENV)/bin/mpiexec -n 3 $(PY) -m areal_hpc.launch $(QUICKSTART_CODE_CONFIG) \
-		--set checkpoint.resume=never
+	$(VENV)/bin/areal-hpc train $(QUICKSTART_CODE_CONFIG) --set checkpoint.resume=never
 
 # The GPU profile on one GPU in under 8 minutes (inside containers/Dockerfile's image, or an
 # environment with the gpu extra): versions, TE parity, MFU, vLLM throughput, an NCCL weight

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 # Rows named in an error before the count of the rest.
 SHOWN_ROWS = 5
+# A tokenizer directory holds at least one of these (fast, slow or sentencepiece tokenizers).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,21 @@ class RenderedPrompts:
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """The Hugging Face tokenizer of a model or tokenizer directory."""
+    """The Hugging Face tokenizer of a model or tokenizer directory. What is not one is named in
+    one line before transformers reads it: its own errors for a missing or empty directory speak
+    of hub repository ids and slow-tokenizer conversions."""
     from transformers import AutoTokenizer
 
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"{path}: {'not a directory' if path.exists() else 'no such directory'}"
+                        " (a tokenizer is a model's or a tokenizer's directory)")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise DataError(f"{path}: not a tokenizer directory: none of {', '.join(TOKENIZER_FILES)} in it")
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as e:
-        raise DataError(f"{path}: not a tokenizer directory ({str(e).splitlines()[0]})") from None
+        raise DataError(f"{path}: transformers cannot load the tokenizer: {' '.join(str(e).split())}") from None
 
 
 def template_of(tokenizer: PreTrainedTokenizerBase, data: DataConfig) -> str | None:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from areal_hpc.config.load import load_config
+from areal_hpc.controller import checkpoint as ckpt
 from areal_hpc.errors import UserError
 from areal_hpc.evaluation.presets import PRESETS, resolve
 
@@ -18,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Sample every prompt n times with vLLM (one engine per GPU, or --engines"
                        " on CPU), score each sample with the training reward (reward.kind, reward.by_source),"
                        " write OUT/summary.json, OUT/NAME.responses.jsonl and print a table.")
-    p.add_argument("--model", required=True, help="Hugging Face checkpoint directory")
+    p.add_argument("--model", required=True,
+                   help="Hugging Face model directory, e.g. a training checkpoint's hf/ export (areal-hpc export-hf"
+                        " writes one)")
     p.add_argument("--data", required=True,
                    help="data files or dataset directories, comma-separated (read as data.train_path; each named"
                         " by its stem)")
@@ -55,12 +58,29 @@ def _shard(text: str) -> tuple[int, int]:
     return index, count
 
 
+def model_problem(model: Path) -> str | None:
+    """Why `model` is not a Hugging Face directory vLLM can load, pointing a training checkpoint
+    (or a run's checkpoints directory) to its hf/ export or to `areal-hpc export-hf`; None if it is one."""
+    if (model / "config.json").is_file():
+        return None
+    if (ckpt.hf_dir(model) / "config.json").is_file():
+        return f"a training checkpoint, not a Hugging Face directory: evaluate its export, --model {ckpt.hf_dir(model)}"
+    if ckpt.trainer_dir(model).is_dir() or ckpt.config_file(model).is_file():
+        return ("a training checkpoint without a Hugging Face export (hf/, written at checkpoint.hf_interval):"
+                f" export it first, areal-hpc export-hf {model} --out DIR, then evaluate --model DIR")
+    latest = ckpt.latest_complete(model)
+    if latest is not None:
+        return f"a run's checkpoints directory: evaluate one checkpoint's hf/ export, e.g. --model {ckpt.hf_dir(latest)}"
+    return "no config.json there (not a Hugging Face checkpoint directory)"
+
+
 def _eval(args: argparse.Namespace) -> int:
     from areal_hpc.evaluation.run import EvalJob, evaluate
 
     model = Path(args.model)
-    if not (model / "config.json").is_file():
-        raise UserError(f"--model {model}: no config.json there (not a Hugging Face checkpoint directory)")
+    problem = model_problem(model)
+    if problem:
+        raise UserError(f"--model {model}: {problem}")
     # Checked as the CPU profile is, which leaves out the trainer and cluster layout: evaluation
     # uses neither. The engines then run on --device.
     cfg = load_config(args.config, [*args.overrides, f"model.path={json.dumps(str(model))}", "device=cpu"])

@@ -64,8 +64,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     scaling.set_defaults(func=_scaling)
     hours = cmds.add_parser("hours", help="wall-clock hours of a training run (Table 3 batch)")
     _common(hours)
-    hours.add_argument("--nodes", type=int, required=True)
-    hours.add_argument("--steps", type=int, required=True)
+    hours.add_argument("--gpus", type=int, help="total GPUs, whole nodes of the preset (required)")
+    # The old name, in whole nodes, kept for scripts.
+    hours.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
+    hours.add_argument("--steps", type=int, required=True, help="training steps of the run")
     hours.add_argument("--context", type=int, default=None,
                        help="tokens per sequence, prompt included (default: the experiment config's)")
     hours.add_argument("--eta", type=int, default=None,
@@ -73,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     hours.set_defaults(func=_hours)
     stale = cmds.add_parser("staleness", help="asynchronous tokens/s at several staleness bounds")
     _common(stale, system=False)
-    stale.add_argument("--gpus", type=int, required=True)
+    stale.add_argument("--gpus", type=int, required=True, help="total GPUs")
     stale.add_argument("--etas", default="0,1,2,4,8,16", help="comma-separated staleness bounds")
     stale.add_argument("--context", type=int, default=None,
                        help="tokens per sequence, prompt included (default: the experiment config's)")
@@ -187,11 +189,24 @@ def _scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def whole_nodes(gpus: int | None, nodes: int | None, gpus_per_node: int) -> int:
+    """The nodes of `--gpus` (or of the old `--nodes`); a count that is not whole nodes is refused."""
+    if (gpus is None) == (nodes is None):
+        raise UserError("give the run's GPUs with --gpus" if gpus is None else "give --gpus or --nodes, not both")
+    if nodes is not None:
+        return nodes
+    if gpus < 1 or gpus % gpus_per_node:
+        raise UserError(f"--gpus must be a positive multiple of the preset's {gpus_per_node} GPUs a node, got {gpus}")
+    return gpus // gpus_per_node
+
+
 def _hours(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise UserError(f"--steps must be positive, got {args.steps}")
-    pred = predict.hours(args.model, args.nodes, args.system, fidelity=_fidelity(args), context=args.context,
-                         eta=args.eta, **_setup(args))
+    setup = _setup(args)
+    nodes = whole_nodes(args.gpus, args.nodes, setup["hw"].gpus_per_node)
+    pred = predict.hours(args.model, nodes, args.system, fidelity=_fidelity(args), context=args.context,
+                         eta=args.eta, **setup)
     value = None if pred.run is None else pred.run.hours(args.steps)
     if args.json:
         print(json.dumps({"hours": value}))

@@ -25,13 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("-o", "--output", help="write the script here (executable) instead of printing it")
     r.set_defaults(func=_render)
     pl = cmds.add_parser("plan", help="print the rank -> component -> node -> GPU map of a config")
-    pl.add_argument("file")
-    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    pl.add_argument("file", help="experiment config")
+    pl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="dotted override (repeatable)")
     pl.add_argument("--ranks", action="store_true", help="also print one line per rank")
-    pl.add_argument("--gpu", default="h800", help="GPU of the memory estimate: h800 (the paper's), h100 or h200")
+    pl.add_argument("--hardware", default="h800",
+                    help="GPU preset of the memory estimate: h800 (the paper's), h100 or h200 (as sim --hardware)")
+    pl.add_argument("--gpu", dest="hardware", help=argparse.SUPPRESS)  # the old name, kept for scripts
     pl.set_defaults(func=_plan)
     sc = cmds.add_parser("scale", help="render the sbatch script of one strong-scaling point of a config")
-    sc.add_argument("file")
+    sc.add_argument("file", help="experiment config")
     sc.add_argument("gpus", type=int, help="total GPUs of the point")
     sc.add_argument("--context", default="32k", help="longest sequence, prompt + generation (16k, 32k, 20000)")
     sc.add_argument("--steps", type=int, default=20, help="training steps of the point")
@@ -39,10 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("-o", "--output", help="write the script here (executable) instead of printing it")
     sc.set_defaults(func=_scale)
     v = cmds.add_parser("verify", help="check a config's whole layout at its true shapes (config.json only, no GPU)")
-    v.add_argument("file")
-    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    v.add_argument("--gpu", help="GPU of the memory check: h800 (the paper's), h100 or h200 (default: $AREAL_GPU,"
-                   " else h800)")
+    v.add_argument("file", help="experiment config")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="dotted override (repeatable)")
+    v.add_argument("--hardware", help="GPU preset of the memory check: h800 (the paper's), h100 or h200 (default:"
+                   " $AREAL_GPU, else h800)")
+    v.add_argument("--gpu", dest="hardware", help=argparse.SUPPRESS)  # the old name, kept for scripts
     v.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     v.set_defaults(func=_verify)
 
@@ -63,7 +68,7 @@ def _emit(config: str, overrides: list[str], output: str | None) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    print(describe(load_config(args.file, args.overrides), ranks=args.ranks, hw=preset(args.gpu)))
+    print(describe(load_config(args.file, args.overrides), ranks=args.ranks, hw=preset(args.hardware)))
     return 0
 
 
@@ -74,7 +79,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     quiet_libraries()
     cfg = load_config(args.file, args.overrides, check_files=False)
-    report = verify(cfg, gpu_of(args.gpu), progress=lambda line: print(f"verify: {line}", file=sys.stderr, flush=True))
+    report = verify(cfg, gpu_of(args.hardware), progress=lambda line: print(f"verify: {line}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(as_dict(report), indent=1))
     for problem in report.problems:
