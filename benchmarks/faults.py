@@ -2,7 +2,7 @@
 
 A generator that dies mid-run (SIGKILL, as the out-of-memory killer kills) is dropped by rank 0,
 which hands its prompts in flight to the others and rebuilds the weight groups without it
-(README, failures); the run completes without a restart. Both jobs run under mpiexec with one
+(docs/fault-tolerance.md); the run completes without a restart. Both jobs run under mpiexec with one
 proxy per rank and -disable-auto-cleanup (areal_hpc.launch.mpiexec_surviving_loss), as a cluster's
 mpiexec has one proxy per node.
 

@@ -41,7 +41,7 @@ def summarize(records: list[dict]) -> dict[str, float | None]:
         "trainer_idle_fraction": _mean(steps, "trainer_idle_fraction", skip_first=True),
         "generator_idle_fraction": _mean(steps, "generator_idle_fraction", skip_first=True),
         "staleness_max": max((r["staleness_max"] for r in steps), default=None),
-        # Generators at the first and the last step; they differ after a loss (README, failures).
+        # Generators at the first and the last step; they differ after a loss (docs/fault-tolerance.md).
         "generators_first": steps[0].get("generators_alive") if steps else None,
         "generators_last": steps[-1].get("generators_alive") if steps else None,
     }

@@ -17,7 +17,7 @@ Weight updates (`update_weights`) pause the engine according to the interrupt mo
 The engine's arguments and environment come from rollout/engine_args.py, shared by every engine.
 
 No mpi4py import here or in anything this imports: vLLM's engine core re-imports the main module in
-a child process, which must not initialise MPI (notes/mpi.md).
+a child process, which must not initialise MPI.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The AReaL paper's system numbers (../shared/notes/paper.md, read off its tables and plots),
+"""The AReaL paper's system numbers (read off its tables and plots),
 in tokens/s and hours, keyed the way the simulator is queried."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def run(cfg: ExperimentConfig) -> int:
     # As the launcher: a rank that never starts must not keep the others in MPI_Init or the first
     # collective until the time limit (srun runs with --kill-on-bad-exit=0).
     with start_deadline(start_timeout_s()):
-        from mpi4py import MPI  # here, not at import time: see ../shared/notes/mpi.md
+        from mpi4py import MPI  # here, not at import time, as in the launcher
 
         comm = MPI.COMM_WORLD
         run_dir = Path(cfg.logging.dir)

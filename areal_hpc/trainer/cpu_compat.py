@@ -1,6 +1,6 @@
 """Every workaround that lets megatron-core 0.16.1 run on a machine without CUDA, in one place.
 
-megatron-core assumes a GPU in a handful of places (measured in ../shared/notes/megatron-cpu.md).
+megatron-core assumes a GPU in a handful of places (measured with 0.16.1 on a CPU-only machine).
 Each fix below names the megatron-core file:line it answers (paths under `megatron/core/`, line
 numbers of 0.16.1). The layer is on exactly when the trainer's configured device resolves to the
 CPU (`wire/device.py` device_of; parallel.init_trainer_world then calls `apply()`), whether or not

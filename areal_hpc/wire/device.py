@@ -23,7 +23,7 @@ def cuda_visible() -> bool:
 
     torch counts the devices through NVML where it can, which honours CUDA_VISIBLE_DEVICES and,
     unlike torch.cuda.is_available(), initialises no CUDA driver in this process: a generator
-    rank may still fork vLLM's engine afterwards."""
+    rank may still narrow CUDA_VISIBLE_DEVICES for vLLM's engine afterwards."""
     import torch
 
     return torch.cuda.device_count() > 0

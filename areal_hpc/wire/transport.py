@@ -11,7 +11,7 @@ out-of-band buffer), sent back to back; `poll` claims the header with a matched 
 (MPI_Improbe), then takes the rest, which are next from that sender.
 
 mpi4py is imported inside functions: a rank that starts vLLM's AsyncLLM must not import it at
-module import time (its engine process re-imports the main module; notes/mpi.md).
+module import time (its engine process re-imports the main module).
 """
 
 from __future__ import annotations

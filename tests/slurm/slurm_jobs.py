@@ -26,7 +26,7 @@ PROGRAM = "areal_hpc.slurm.probe"
 # exits as a crash, which the script requeues, well within a test's wait (the default, 900 s, is
 # not). MPICH can hang there under srun --mpi=pmi2, at random: Slurm's plugin takes a PMI-1
 # request in one read of 1024 bytes, and the pieces of MPICH's address table that it publishes
-# reach 1080 bytes when their padding compresses badly (README, "On a SLURM cluster").
+# reach 1080 bytes when their padding compresses badly (docs/slurm.md: prefer pmix).
 PROBE_ENV = {"AREAL_PROGRAM": PROGRAM, "AREAL_START_TIMEOUT_S": "60"}
 TINY = "configs/experiments/tiny-cpu.yaml"
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
