@@ -9,7 +9,7 @@ and the wall seconds of the command (a fresh process each, imports included). Th
 only distinct trainer shards, so its time must not grow with the rank count: `seconds_ratio_512`
 is the 512-GPU point's time over the paper layout's (goal <= 2).
 
-Usage: .venv/bin/python benchmarks/launch_check.py [--quick] [--gpu h800] [--out benchmarks/results]
+Usage: .venv/bin/python benchmarks/launch_check.py [--quick] [--hardware h800] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def verify_command(path: str, overrides: list[str], gpu: str) -> tuple[dict, flo
     """`areal-hpc slurm verify --json` in a fresh process, as a user runs it: its data and wall seconds
     (imports included, so every layout pays the same start)."""
     cli = Path(sys.executable).with_name("areal-hpc")
-    cmd = [str(cli), "slurm", "verify", path, "--gpu", gpu, "--json", *(a for o in overrides for a in ("--set", o))]
+    cmd = [str(cli), "slurm", "verify", path, "--hardware", gpu, "--json", *(a for o in overrides for a in ("--set", o))]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -136,10 +136,10 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="math-1.5b and its 512-GPU point only")
-    parser.add_argument("--gpu", default="h800", help="GPU of the memory check: h800 (the paper's), h100 or h200")
+    parser.add_argument("--hardware", default="h800", help="GPU preset of the memory check: h800 (the paper's), h100 or h200")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
-    report = run(args.quick, args.gpu)
+    report = run(args.quick, args.hardware)
     args.out.mkdir(parents=True, exist_ok=True)
     name = "launch_check_quick" if args.quick else "launch_check"
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
