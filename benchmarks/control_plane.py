@@ -53,7 +53,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -235,26 +235,21 @@ DEMAND_TOKENS_PER_S = 400_000
 
 
 @dataclass
-class _ListTrajectory:
-    """messages.Trajectory as it was before issue 14: token ids, log-probs and versions as lists."""
-
-    prompt_id: int
-    sample_index: int
-    prompt_ids: list[int]
-    output_ids: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    finish_reason: str
-    reward: float = 0.0
-    reward_reason: str = ""
-    generate_s: float = 0.0
-    reward_s: float = 0.0
-
-
-@dataclass
 class _ListBatch:
+    """A train shard as the wire carried it before trajectories held numpy arrays: each
+    trajectory's fields (Trajectory's own, so none can be missed) with its arrays as lists."""
+
     version: int
-    trajectories: list[_ListTrajectory]
+    trajectories: list[dict]
+
+    @classmethod
+    def of(cls, shard: TrainShard) -> _ListBatch:
+        return cls(shard.version, [{f.name: _as_list(getattr(t, f.name)) for f in fields(Trajectory)}
+                                   for t in shard.trajectories])
+
+
+def _as_list(value: object) -> object:
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def _paper_batch(trajectories: int) -> TrainShard:
@@ -288,9 +283,7 @@ def measure_serialize(trajectories: int) -> list[dict]:
     from areal_hpc.wire.transport import decode, encode
 
     batch = _paper_batch(trajectories)
-    lists = _ListBatch(batch.version, [
-        _ListTrajectory(**{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(t).items()})
-        for t in batch.trajectories])
+    lists = _ListBatch.of(batch)
     codecs = {"lists": (lambda: (MPI.pickle.dumps(lists), []), lambda wire: MPI.pickle.loads(wire[0])),
               "arrays": (lambda: encode(batch), lambda wire: decode(*wire))}
     rows = []
