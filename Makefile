@@ -29,18 +29,20 @@ sandbox-tools:
 	      || echo "note: could not install bubblewrap; bwrap sandbox tests will skip"; \
 	  else echo "note: bwrap missing (install the bubblewrap package); bwrap sandbox tests will skip"; fi; }
 
-# The suite, slow and SLURM tests included, but for the fault-injection scenarios (~25 min here).
+# The suite, slow and SLURM tests included, but for the fault-injection scenarios and the engine
+# benchmarks' --quick runs (~25 min here).
 test: venv sandbox-tools
-	$(PY) -m pytest -q -m "not faults"
+	$(PY) -m pytest -q -m "not faults and not bench"
 
-# The fault-injection scenarios: ranks killed, hung or failing mid-run, requeues under SLURM (~13
-# min here). CI runs them after `make test` (.ci/run).
+# The long scenarios: fault injection (ranks killed, hung or failing mid-run, requeues under SLURM)
+# and the --quick runs of the benchmarks that start several vLLM engines (~24 min here). CI runs
+# them after `make test` (.ci/run).
 test-faults: venv sandbox-tools
-	$(PY) -m pytest -q -m faults
+	$(PY) -m pytest -q -m "faults or bench"
 
 # Everything but the slow end-to-end tests.
 test-fast: venv sandbox-tools
-	$(PY) -m pytest -q -m "not slow and not faults"
+	$(PY) -m pytest -q -m "not slow and not faults and not bench"
 
 lint: venv
 	$(VENV)/bin/ruff check areal_hpc tests benchmarks
@@ -60,7 +62,7 @@ quickstart-code: venv sandbox-tools
 	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CODE_CONFIG)
 	$(VENV)/bin/areal-hpc train $(QUICKSTART_CODE_CONFIG) --set checkpoint.resume=never
 
-# The GPU profile on one GPU in under 8 minutes (inside containers/Dockerfile's image, or an
+# The GPU profile on one GPU in under 13 minutes from empty compile caches (inside containers/Dockerfile's image, or an
 # environment with the gpu extra): versions, TE parity, MFU, vLLM throughput, an NCCL weight
 # update; writes benchmarks/results/gpu_check.json. GPU_CHECK_ARGS=--dry-run checks it on a CPU.
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)

@@ -43,7 +43,16 @@ def test_every_quick_mode_is_run_here_or_listed_as_heavy() -> None:
     assert all(Path(test).is_file() for test in ELSEWHERE.values())
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if RUN[n][0] < 5 else pytest.mark.slow) for n in RUN])
+# Over this many seconds a --quick run goes to make test-faults (marker bench), which keeps make test
+# under 30 minutes; under 5 s it is not even slow.
+BENCH_S = 120
+
+
+def _marks(seconds: int) -> tuple:
+    return () if seconds < 5 else (pytest.mark.slow,) if seconds < BENCH_S else (pytest.mark.slow, pytest.mark.bench)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(RUN[n][0])) for n in RUN])
 def test_quick_mode_runs(name: str, tmp_path: Path) -> None:
     """Runs to its end and writes its report. Exit 1 is a benchmark's verdict of a goal missed
     (measured on a loaded machine it may be), not a breakage: that one only needs no traceback."""
