@@ -279,12 +279,12 @@ def nccl_load_error() -> str:
 
 
 @contextlib.contextmanager
-def kept_stream() -> Iterator[None]:
+def kept_stream(device: torch.device) -> Iterator[None]:
     """Keep the calling thread's current CUDA stream across vLLM's communicator construction: its
     warm-up (pynccl.py _init_comm) takes vllm.utils.torch_utils.current_stream(), which on a thread
     that never set one makes a new stream and sets it current, so a trainer stage leader would go
-    on training on a side stream while its TP peers use the default one. No-op without CUDA."""
-    if not torch.cuda.is_available():
+    on training on a side stream while its TP peers use the default one. No-op off CUDA."""
+    if device.type != "cuda":
         yield
         return
     saved = torch.cuda.current_stream()
@@ -342,7 +342,7 @@ class Link:
             index = torch.accelerator.current_device_index()
             self.device = torch.device("cuda", index)
             group = rendezvous(host, port, rank, world_size, timeout_s)
-            with unpinned_nccl_env(), kept_stream():  # as nccl_common.stateless_init_process_group does
+            with unpinned_nccl_env(), kept_stream(self.device):  # as nccl_common.stateless_init_process_group does
                 self._comm = PyNcclCommunicator(group, device=index)
             check_communicator(self._comm, self._where, envs.VLLM_DISABLE_PYNCCL, nccl_load_error)
             # The link's collectives run on a stream of their own, beside the caller's gathers and loads.

@@ -138,7 +138,7 @@ def test_vllms_communicator_without_an_nccl_library_is_an_error_not_a_silent_no_
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU case")
 def test_keeping_the_stream_touches_no_cuda_without_it():
-    with kept_stream():
+    with kept_stream(torch.device("cpu")):
         pass
     assert not torch.cuda.is_initialized()
 
@@ -197,7 +197,7 @@ def test_keeping_the_stream_undoes_vllms_side_stream():
 
     def fresh_thread() -> None:
         seen["before"] = torch.cuda.current_stream().cuda_stream
-        with kept_stream():
+        with kept_stream(torch.device("cuda")):
             current_stream()
             seen["inside"] = torch.cuda.current_stream().cuda_stream
         seen["after"] = torch.cuda.current_stream().cuda_stream
