@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from areal_hpc.errors import UserError
+from areal_hpc.errors import UserError, listed
 
 # Row length of the checksum's word matrix (any constant gives the same digest).
 _WORDS_PER_ROW = 4096
@@ -131,8 +131,7 @@ def mismatches(headers: list[Header], shapes: dict[str, tuple[int, ...]], versio
     for what, names in (("not in the model", unknown), ("sent more than once", duplicated),
                         ("of the model not sent", sorted(shapes.keys() - seen))):
         if names:
-            more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
-            problems.append(f"{len(names)} tensor(s) {what}: {', '.join(names[:_LISTED])}{more}")
+            problems.append(f"{len(names)} tensor(s) {what}: {listed(names, _LISTED)}")
     return problems
 
 

@@ -34,6 +34,7 @@ import torch
 from areal_hpc.config.hf import hf_config_dict, read_hf_config
 from areal_hpc.config.schema import ExperimentConfig, ModelConfig
 from areal_hpc.config.validate import generator_dtype
+from areal_hpc.errors import listed
 from areal_hpc.sim.cost_model import ModelShape
 from areal_hpc.sim.hardware import Hardware, preset
 from areal_hpc.sim.memory import ConfigMemory, config_memory, fixed_kv_tokens
@@ -91,15 +92,6 @@ def shape_tensors(m: ModelConfig, dtype: torch.dtype = torch.float16) -> dict[st
     return {n: torch.empty(s, dtype=dtype, device="meta") for n, s in hf_shapes(m).items()}
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
-def _listed(names: list[str]) -> str:
-    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
-    return ", ".join(names[:_LISTED]) + more
-
-
 @dataclass(frozen=True)
 class Mapping:
     """convert.py's rules applied to a model: per pipeline stage, the shapes of TP rank 0's shard by
@@ -112,7 +104,7 @@ class Mapping:
     hf_count: int
 
     def stage_params(self, stage: int) -> int:
-        return sum(_numel(s) for s in self.stages[stage].values())
+        return sum(math.prod(s) for s in self.stages[stage].values())
 
 
 def _shard_problems(rule, full: list[torch.Tensor], shards: list[torch.Tensor], m: ModelConfig,
@@ -138,8 +130,9 @@ def mapping(m: ModelConfig, tp: int, pp: int, hf: dict[str, torch.Tensor]) -> Ma
     want = hf_shapes(m)
     wrong = sorted(n for n, t in hf.items() if n in want and tuple(t.shape) != want[n])
     if wrong:
-        listed = [f"{n} {list(hf[n].shape)} (convert.hf_shapes: {list(want[n])})" for n in wrong]
-        problems.append(f"{len(wrong)} Hugging Face tensor(s) of another shape than convert.py expects: {_listed(listed)}")
+        shapes = [f"{n} {list(hf[n].shape)} (convert.hf_shapes: {list(want[n])})" for n in wrong]
+        problems.append(f"{len(wrong)} Hugging Face tensor(s) of another shape than convert.py expects:"
+                        f" {listed(shapes, _LISTED)}")
     owner: dict[str, int] = {}
     stages, replicated = [], []
     for s in range(pp):
@@ -166,7 +159,7 @@ def mapping(m: ModelConfig, tp: int, pp: int, hf: dict[str, torch.Tensor]) -> Ma
         stages.append(shapes)
     left = sorted(n for n in hf if n not in owner and not ignorable(m, n))
     if left:
-        problems.append(f"{len(left)} Hugging Face tensor(s) in no pipeline stage: {_listed(left)}")
+        problems.append(f"{len(left)} Hugging Face tensor(s) in no pipeline stage: {listed(left, _LISTED)}")
     return Mapping(stages, replicated, problems, len(hf))
 
 
@@ -179,13 +172,13 @@ def build_problems(stage: int, built: dict[str, tuple[tuple[int, ...], torch.dty
     problems = []
     unmapped, absent = sorted(built.keys() - mapped.keys()), sorted(mapped.keys() - built.keys())
     if unmapped:
-        problems.append(f"{where}: {len(unmapped)} built parameter(s) without a convert.py rule: {_listed(unmapped)}")
+        problems.append(f"{where}: {len(unmapped)} built parameter(s) without a convert.py rule: {listed(unmapped, _LISTED)}")
     if absent:
-        problems.append(f"{where}: {len(absent)} convert.py rule(s) for parameters the model lacks: {_listed(absent)}")
+        problems.append(f"{where}: {len(absent)} convert.py rule(s) for parameters the model lacks: {listed(absent, _LISTED)}")
     wrong = [f"{n} {list(built[n][0])} (mapped {list(mapped[n])})"
              for n in sorted(built.keys() & mapped.keys()) if built[n][0] != mapped[n]]
     if wrong:
-        problems.append(f"{where}: {len(wrong)} parameter(s) built in another shape than mapped: {_listed(wrong)}")
+        problems.append(f"{where}: {len(wrong)} parameter(s) built in another shape than mapped: {listed(wrong, _LISTED)}")
     dtypes = sorted({str(d) for n, (_, d) in built.items() if n not in norms} - {str(dtype)})
     if dtypes:
         problems.append(f"{where}: parameters in {', '.join(dtypes)}, not the training dtype {dtype}")

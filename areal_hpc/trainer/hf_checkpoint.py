@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 
 from areal_hpc.config.hf import FAMILIES, hf_config_dict
 from areal_hpc.config.schema import ModelConfig
+from areal_hpc.errors import listed
 from areal_hpc.trainer.convert import hf_shapes, ignorable
 from areal_hpc.trainer.errors import WeightsError
 
@@ -27,11 +28,8 @@ GENERATION_CONFIG = "generation_config.json"
 _TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab.", "merges.", "chat_template")
 # The special token ids an export keeps; sampling defaults (temperature, top_p...) are left out.
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
-
-
-def _listing(names: list[str], limit: int = 8) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+# Names listed in full in an error before the rest are counted.
+_LISTED = 8
 
 
 class HFCheckpoint:
@@ -83,11 +81,11 @@ class HFCheckpoint:
         ]
         problems = []
         if missing:
-            problems.append(f"missing tensors: {_listing(missing)}")
+            problems.append(f"missing tensors: {listed(missing, _LISTED)}")
         if unexpected:
-            problems.append(f"unexpected tensors: {_listing(unexpected)}")
+            problems.append(f"unexpected tensors: {listed(unexpected, _LISTED)}")
         if wrong:
-            problems.append(f"wrong shapes: {_listing(wrong)}")
+            problems.append(f"wrong shapes: {listed(wrong, _LISTED)}")
         if problems:
             expected = f"{FAMILIES[m.family].architecture} of its config.json's shape"
             raise WeightsError(f"{self.path}: the tensors are not those of a {expected}: " + "; ".join(problems))
