@@ -121,3 +121,24 @@ def test_auto_refuses_a_weaker_sandbox_unless_it_is_named(tmp_path, monkeypatch:
                                                  "set reward.code.backend to unshare or rlimits"):
         Sandbox.detect(CodeSandboxConfig(backend="auto"))
     assert Sandbox.detect(CodeSandboxConfig(backend="rlimits")).backend == "rlimits"
+
+
+def test_descendants_are_the_whole_subtree_and_match_psutil() -> None:
+    """The stray sweep's subtree walk finds grandchildren (a double fork) as psutil's scan does."""
+    import psutil
+
+    from areal_hpc.reward.sandbox import _descendants
+
+    parent = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process(parent.pid).children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        below = _descendants(os.getpid())
+        assert {parent.pid} | {c.pid for c in psutil.Process(parent.pid).children()} <= below
+        assert below == {p.pid for p in psutil.Process().children(recursive=True)}
+    finally:
+        for child in psutil.Process(parent.pid).children():
+            child.kill()
+        parent.kill()
+        parent.wait()
