@@ -43,13 +43,15 @@ class PackedCoreAttention(MegatronModule):
         if attention_bias is not None:
             raise ValueError("PackedCoreAttention does not support an attention bias")
         if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
-            # [t, np, hn]: one token axis holding every sequence back to back.
+            # [t, np, hn]: one token axis holding every sequence back to back. torch.split, not a
+            # slice per sequence: a slice's backward writes a zero tensor of the whole micro-batch,
+            # so n sequences would cost n full-size writes per layer; split's backward is one cat.
             bounds = packed_seq_params.cu_seqlens_q.tolist()
-            parts = [
-                self._attend(query[s:e].unsqueeze(0), key[s:e].unsqueeze(0), value[s:e].unsqueeze(0))[0]
-                for s, e in zip(bounds[:-1], bounds[1:], strict=True)
-                if e > s
-            ]
+            lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+            end = bounds[-1]
+            q, k, v = ((x if x.size(0) == end else x[:end]).split(lengths) for x in (query, key, value))
+            parts = [self._attend(qs.unsqueeze(0), ks.unsqueeze(0), vs.unsqueeze(0))[0]
+                     for qs, ks, vs in zip(q, k, v, strict=True) if qs.size(0)]
             return torch.cat(parts).flatten(1)
         # [s, b, np, hn] -> [s, b, np * hn]
         out = self._attend(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1))
