@@ -338,6 +338,11 @@ class CodeSandboxConfig:
     # Interpreter for candidate programs (standard library only); null: the running Python if the
     # sandbox can reach it, else /usr/bin/python3.
     python: str | None = None
+    # Verdicts each reward worker keeps of programs it ran to a clean end against the same tests
+    # (reward/code_check.py): the samples of one prompt often write the same program, which then
+    # runs once. A program that reads the clock or a random source gets its first verdict again;
+    # 0 runs every sample.
+    reuse_verdicts: int = 4096
 
 
 @dataclass

@@ -121,6 +121,7 @@ RANGES = [
     ("reward.code.total_timeout_s", lambda v: v > 0, "> 0"),
     ("reward.code.memory_mb", lambda v: v >= 16, ">= 16"),
     ("reward.code.max_processes", lambda v: v >= 1, ">= 1"),
+    ("reward.code.reuse_verdicts", lambda v: v >= 0, ">= 0"),
     ("reward.code.max_output_bytes", lambda v: v >= 1, ">= 1"),
     ("reward.code.memory_cgroup", lambda v: v in ("auto", "off") or v.startswith("/"),
      "auto, 'off' (quoted: YAML reads a bare off as false) or the absolute path of a cgroup directory"),

@@ -4,19 +4,22 @@ The reward is +correct only when every test case passes. By default the run stop
 failing case (the reward is already decided); `stop_early=False` runs them all, so `passed`
 counts every passing case, which is what a user debugging a reward wants. A case of an
 assert-style suite (HumanEval, MBPP) is one assert, or a whole HumanEval check (code_tests.py);
-a failed assert is a wrong answer, named by its line.
+a failed assert is a wrong answer, named by its line. A VerdictMemo gives a program already
+run against the same tests its verdict again without running it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
+from collections import OrderedDict
 
 from areal_hpc.config.schema import RewardConfig
 from areal_hpc.reward.code_extract import extract_code
 from areal_hpc.reward.code_tests import TestSuite
 from areal_hpc.reward.compare import return_matches, shorten, stdout_matches
-from areal_hpc.reward.sandbox import CaseRun, Sandbox
+from areal_hpc.reward.sandbox import CaseRun, RunResult, Sandbox
 from areal_hpc.reward.task import CodeTask, Verdict
 
 
@@ -67,13 +70,64 @@ def judge_case(case: CaseRun, expected: object, kind: str, per_test_timeout_s: f
     return None
 
 
-def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_early: bool = True) -> Verdict:
-    """Score one response: +correct if its program passes every test case, else wrong."""
+class VerdictMemo:
+    """The verdicts of the last `size` programs run against the same tests, least recently used
+    forgotten first. Only runs that ended cleanly are kept (no time limit, signal, memory kill or
+    harness error): those can depend on the machine's load, and run again."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.hits = 0
+        self._verdicts: OrderedDict[bytes, Verdict] = OrderedDict()
+
+    @staticmethod
+    def key(program: str, suite: TestSuite, stop_early: bool) -> bytes:
+        return hashlib.sha256(f"{stop_early}\0{program}\0{suite!r}".encode()).digest()
+
+    def get(self, key: bytes) -> Verdict | None:
+        verdict = self._verdicts.get(key)
+        if verdict is not None:
+            self._verdicts.move_to_end(key)
+            self.hits += 1
+        return verdict
+
+    def put(self, key: bytes, verdict: Verdict) -> None:
+        if self.size <= 0:
+            return
+        self._verdicts[key] = verdict
+        self._verdicts.move_to_end(key)
+        while len(self._verdicts) > self.size:
+            self._verdicts.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+
+def _ended_cleanly(result: RunResult) -> bool:
+    return (result.error is None and not result.oom_kills
+            and not any(c.timed_out or c.signal is not None for c in result.cases))
+
+
+def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_early: bool = True,
+               memo: VerdictMemo | None = None) -> Verdict:
+    """Score one response: +correct if its program passes every test case, else wrong. With a
+    memo, a program it holds a verdict for against these tests is not run again."""
     suite: TestSuite = task.tests
-    total = len(suite.cases)
     program = extract_code(task.response)
     if not program.strip():
-        return Verdict(config.wrong, 0, total, "no program in the response")
+        return Verdict(config.wrong, 0, len(suite.cases), "no program in the response")
+    key = memo.key(program, suite, stop_early) if memo is not None else b""
+    if memo is not None and (known := memo.get(key)) is not None:
+        return known
+    verdict, result = _run_and_judge(program, suite, config, sandbox, stop_early)
+    if memo is not None and _ended_cleanly(result):
+        memo.put(key, verdict)
+    return verdict
+
+
+def _run_and_judge(program: str, suite: TestSuite, config: RewardConfig, sandbox: Sandbox,
+                   stop_early: bool) -> tuple[Verdict, RunResult]:
+    total = len(suite.cases)
     failures: list[str] = []
 
     def keep_going(case: CaseRun) -> bool:
@@ -88,8 +142,8 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
         # Over the limit as a whole, whatever it printed: a judge's memory-limit verdict. (The
         # killed process's case says only SIGKILL, or the harness died with it.)
         return Verdict(config.wrong, passed, total, f"memory limit of {config.code.memory_mb} MB for the run"
-                       f" exceeded (its memory cgroup stopped {result.oom_kills} process(es))")
+                       f" exceeded (its memory cgroup stopped {result.oom_kills} process(es))"), result
     if passed == total:
-        return Verdict(config.correct, passed, total, f"passed {total}/{total} tests", correct=True)
+        return Verdict(config.correct, passed, total, f"passed {total}/{total} tests", correct=True), result
     reason = failures[0] if failures else f"test {len(result.cases) + 1}/{total}: {result.error}"
-    return Verdict(config.wrong, passed, total, reason)
+    return Verdict(config.wrong, passed, total, reason), result

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.errors import UserError
-from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.code_check import VerdictMemo, check_code
 from areal_hpc.reward.custom import RewardFunction, check_custom, load_function
 from areal_hpc.reward.math_check import check_math
 from areal_hpc.reward.sandbox import Sandbox
@@ -41,6 +41,9 @@ class Scorer:
         self.config = config
         self._sandbox: Sandbox | None = None
         self._function: RewardFunction | None = None
+        # The samples of one prompt often write the same program (more so as RL sharpens the
+        # policy): run it once. Per worker: a few hundred bytes per verdict, at most reuse_verdicts.
+        self.memo = VerdictMemo(config.code.reuse_verdicts)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -70,7 +73,7 @@ class Scorer:
             return check_math(task, self.config)
         if isinstance(task, CustomTask):
             return check_custom(task, self.function, self.config)
-        return check_code(task, self.config, self.sandbox)
+        return check_code(task, self.config, self.sandbox, memo=self.memo)
 
 
 def _send(out: TextIO, obj: dict) -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 from sandbox_support import reward_config, sandbox_processes
 
-from areal_hpc.reward.code_check import check_code
+from areal_hpc.reward.code_check import VerdictMemo, check_code
 from areal_hpc.reward.code_tests import parse_tests
 from areal_hpc.reward.sandbox import WORKDIR_PREFIX, Sandbox
 from areal_hpc.reward.task import CodeTask, Verdict
@@ -142,3 +142,55 @@ def test_descendants_are_the_whole_subtree_and_match_psutil() -> None:
             child.kill()
         parent.kill()
         parent.wait()
+
+
+class CountingSandbox(Sandbox):
+    """The real sandbox, counting its runs."""
+
+    runs = 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return super().run(*args, **kwargs)
+
+
+def test_a_program_already_judged_is_not_run_again(sandbox: Sandbox) -> None:
+    config = reward_config(sandbox.backend, per_test_timeout_s=0.5)
+    counting = CountingSandbox(sandbox.backend, sandbox.python, config.code)
+    memo = VerdictMemo(8)
+
+    def judge(response: str, tests=ADD):
+        return check_code(CodeTask(response, tests), config, counting, memo=memo)
+
+    first = judge(ADD_PROGRAM)
+    # The same program in other words around it, then with other tests, then a wrong one twice.
+    assert judge(f"Sure:\n```python\n{ADD_PROGRAM}```\nDone.") == first and first.correct
+    assert (counting.runs, memo.hits) == (1, 1)
+    other = parse_tests({"inputs": ["1 2\n"], "outputs": ["4\n"]})
+    assert not judge(ADD_PROGRAM, other).correct and counting.runs == 2
+    wrong = "print(0)\n"
+    assert judge(wrong) == judge(wrong) and counting.runs == 3
+    # A run that hit a time limit may depend on the machine's load: it runs again.
+    slow = "while True:\n    pass\n"
+    assert "time limit" in judge(slow).reason and "time limit" in judge(slow).reason
+    assert counting.runs == 5 and len(memo) == 3
+
+
+def test_the_memo_forgets_the_least_recently_used_and_zero_keeps_none(sandbox: Sandbox) -> None:
+    config = reward_config(sandbox.backend)
+    for size, runs in ((1, 3), (2, 2), (0, 3)):
+        counting = CountingSandbox(sandbox.backend, sandbox.python, config.code)
+        memo = VerdictMemo(size)
+        for program in (ADD_PROGRAM, "print(0)\n", ADD_PROGRAM):
+            check_code(CodeTask(program, ADD), config, counting, memo=memo)
+        assert counting.runs == runs and len(memo) == min(size, 2), size
+
+
+def test_a_reward_worker_judges_a_repeated_program_once(sandbox: Sandbox) -> None:
+    """The worker's scorer keeps reward.code.reuse_verdicts verdicts; 0 turns the memo off."""
+    from areal_hpc.reward.worker import Scorer
+
+    for keep, hits in ((16, 2), (0, 0)):
+        scorer = Scorer(reward_config(sandbox.backend, reuse_verdicts=keep))
+        verdicts = [scorer.score(CodeTask(ADD_PROGRAM, ADD)) for _ in range(3)]
+        assert all(v.correct for v in verdicts) and scorer.memo.hits == hits
