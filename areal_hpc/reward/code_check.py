@@ -116,11 +116,13 @@ def check_code(task: CodeTask, config: RewardConfig, sandbox: Sandbox, stop_earl
     program = extract_code(task.response)
     if not program.strip():
         return Verdict(config.wrong, 0, len(suite.cases), "no program in the response")
-    key = memo.key(program, suite, stop_early) if memo is not None else b""
-    if memo is not None and (known := memo.get(key)) is not None:
+    if memo is None:
+        return _run_and_judge(program, suite, config, sandbox, stop_early)[0]
+    key = memo.key(program, suite, stop_early)
+    if (known := memo.get(key)) is not None:
         return known
     verdict, result = _run_and_judge(program, suite, config, sandbox, stop_early)
-    if memo is not None and _ended_cleanly(result):
+    if _ended_cleanly(result):
         memo.put(key, verdict)
     return verdict
 

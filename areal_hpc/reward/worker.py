@@ -41,8 +41,6 @@ class Scorer:
         self.config = config
         self._sandbox: Sandbox | None = None
         self._function: RewardFunction | None = None
-        # The samples of one prompt often write the same program (more so as RL sharpens the
-        # policy): run it once. Per worker: a few hundred bytes per verdict, at most reuse_verdicts.
         self.memo = VerdictMemo(config.code.reuse_verdicts)
 
     @property

@@ -48,8 +48,7 @@ class PackedCoreAttention(MegatronModule):
             # so n sequences would cost n full-size writes per layer; split's backward is one cat.
             bounds = packed_seq_params.cu_seqlens_q.tolist()
             lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
-            end = bounds[-1]
-            q, k, v = ((x if x.size(0) == end else x[:end]).split(lengths) for x in (query, key, value))
+            q, k, v = (x.split(lengths) for x in (query, key, value))
             parts = [self._attend(qs.unsqueeze(0), ks.unsqueeze(0), vs.unsqueeze(0))[0]
                      for qs, ks, vs in zip(q, k, v, strict=True) if qs.size(0)]
             return torch.cat(parts).flatten(1)
