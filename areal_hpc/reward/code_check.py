@@ -139,6 +139,8 @@ def _run_and_judge(program: str, suite: TestSuite, config: RewardConfig, sandbox
         return why is None or not stop_early
 
     result = sandbox.run(program, suite, keep_going)
+    if not result.started:
+        return Verdict(config.wrong, 0, total, str(result.error), infra=True), result
     passed = len(result.cases) - len(failures)
     if result.oom_kills:
         # Over the limit as a whole, whatever it printed: a judge's memory-limit verdict. (The

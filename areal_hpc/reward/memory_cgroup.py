@@ -20,10 +20,11 @@ Where the run's cgroup is made (`reward.code.memory_cgroup`):
 - "off": per-process limits only.
 Without a usable cgroup the sandbox still runs, with the per-process limits only, and says so once.
 
-Each run's cgroup is named areal-sandbox-<worker pid>-<random>; the process launching the run
-joins it before it execs (as root, before it drops to the sandbox's user, since v2 asks for write
-access to the common ancestor), so every process of the run, namespaces included, is inside from
-its first page. Cgroups left by a worker killed mid-run are removed by the next one.
+Each worker's runs share one cgroup, areal-sandbox-<worker pid>-<random>, one run at a time: the
+worker's spawner process (reward/spawner.py) is moved in once, as root, and forks every run from
+inside, so every process of a run, namespaces included, is inside from its first page (moving
+each run in instead costs ~10 ms of a global kernel lock per run). Cgroups left by a worker killed
+mid-run are removed by the next one.
 """
 
 from __future__ import annotations
@@ -152,10 +153,9 @@ class RunCgroup:
         if swap.exists():
             swap.write_text("0")
 
-    @property
-    def procs_file(self) -> str:
-        """Writing a pid here moves that process in (the launched process writes its own)."""
-        return str(self.path / "cgroup.procs")
+    def add(self, pid: int) -> None:
+        """Move a process in (its children then start inside)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
 
     def oom_kills(self) -> int:
         """Processes of the run the out-of-memory killer stopped for passing the limit."""
@@ -167,23 +167,25 @@ class RunCgroup:
                     return int(value)
         return 0
 
-    def remove(self) -> None:
-        """Kill whatever of the run is left inside, then remove the cgroup."""
+    def kill_all(self, spare: int | None = None) -> None:
+        """SIGKILL every process inside but `spare`, until they are gone (at most DRAIN_S)."""
         deadline = time.monotonic() + DRAIN_S
         while True:
             try:
-                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split() if int(p) != spare]
             except FileNotFoundError:
                 return
-            if not pids:
-                break
+            if not pids or time.monotonic() > deadline:
+                return
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                break
             time.sleep(0.01)
-        with contextlib.suppress(FileNotFoundError):
+
+    def remove(self) -> None:
+        """Kill whatever is left inside, then remove the cgroup."""
+        self.kill_all()
+        with contextlib.suppress(FileNotFoundError, OSError):
             self.path.rmdir()
 
 
@@ -194,12 +196,3 @@ def remove_orphans(parent: CgroupParent) -> None:
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
             with contextlib.suppress(OSError):
                 RunCgroup(parent, path).remove()
-
-
-def join(procs_file: str) -> None:
-    """Move the calling process into a run's cgroup (called in the launched child, before exec)."""
-    fd = os.open(procs_file, os.O_WRONLY)
-    try:
-        os.write(fd, str(os.getpid()).encode())
-    finally:
-        os.close(fd)

@@ -30,18 +30,20 @@ of at most `memory_mb`, and a program can then hold memory in memfds (written, n
 across several processes. The worker logs which holds when it starts. Limits of the limits: the
 process-count limit is exact with a user namespace (bwrap, unshare); with `rlimits` it counts
 every process of the user, so it is set to the user's current count plus the allowance. If the
-worker itself is killed mid-run, bwrap (--die-with-parent) and unshare (--kill-child, PID
-namespace) take every process of the run with it; with `rlimits` only the harness dies with it,
-and a process that had detached can outlive it (a busy one only until its CPU-time limit).
+worker itself is killed mid-run, its spawner dies with it, and bwrap (--die-with-parent) and
+unshare (--kill-child, PID namespace) take every process of the run with them; with `rlimits`
+only the harness dies with it, and a process that had detached can outlive it (a busy one only
+until its CPU-time limit).
 
-One run at a time per process: the sweep at the end kills every new descendant of the caller.
+Runs start from a spawner process per Sandbox (reward/launcher.py), which sits in the memory
+cgroup, so a run costs no cgroup move. One run at a time per process: the sweep at the end kills
+every new descendant of the caller.
 """
 
 from __future__ import annotations
 
 import ast
 import ctypes
-import functools
 import logging
 import marshal
 import os
@@ -53,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -64,7 +67,8 @@ from areal_hpc.config.schema import CodeSandboxConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward import harness
 from areal_hpc.reward.code_tests import TestCase, TestSuite
-from areal_hpc.reward.memory_cgroup import CgroupParent, CgroupUnavailable, RunCgroup, find_parent, join
+from areal_hpc.reward.launcher import LaunchedRun, Launcher, SpawnerError
+from areal_hpc.reward.memory_cgroup import CgroupParent, CgroupUnavailable, find_parent
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +80,13 @@ SANDBOX_GID = 65534
 BWRAP_WORKDIR = "/sandbox"
 # Host working directories (unshare, rlimits) are <tmp>/<prefix><pid of the owner>-<random>.
 WORKDIR_PREFIX = "areal-sandbox-"
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 # Bytes of the harness's own stderr kept to explain a failed run.
 STDERR_KEEP = 8192
 # repr() escaping can grow output up to 4x (\x00); plus the other fields of a result line.
 LINE_OVERHEAD = 16384
+# Seconds for the spawner to report that a killed run ended, and for its strays to be gone.
+KILL_WAIT_S = 10.0
 
 _HARNESS_SOURCE = Path(harness.__file__).read_text()
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -119,19 +124,8 @@ class RunResult:
     # Processes of the run its memory cgroup's out-of-memory killer stopped (the run as a whole
     # passed memory_mb); 0 without a cgroup.
     oom_kills: int = 0
-
-
-def _enter_run(procs_file: str | None, user: int | None) -> None:
-    """preexec_fn: join the run's memory cgroup (as root: cgroup v2 asks it), drop to the sandbox's
-    user, then ask for SIGKILL when the thread that started this process exits (after the user
-    change, which clears that request)."""
-    if procs_file is not None:
-        join(procs_file)
-    if user is not None:
-        os.setgroups([])
-        os.setgid(SANDBOX_GID)
-        os.setuid(user)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # False when the sandbox itself failed to start the run: says nothing about the program.
+    started: bool = True
 
 
 def _descendants(root: int) -> set[int]:
@@ -210,6 +204,9 @@ class Sandbox:
                 self.cgroup = find_parent(limits.memory_cgroup)
             except (CgroupUnavailable, OSError) as e:
                 self.no_cgroup = str(e)
+        self.launcher = Launcher(self.cgroup, limits.memory_mb * 2**20)
+        # The spawner and the cgroup go with close(), when this object does, or at exit.
+        self.close = weakref.finalize(self, self.launcher.close)
 
     def describe(self) -> str:
         user = "nobody" if self.as_nobody else "the current user"
@@ -297,37 +294,29 @@ class Sandbox:
         # bwrap mounts a fresh tmpfs inside; the other backends get a fresh host directory.
         host_dir = None if self.backend == "bwrap" else tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         workdir = host_dir or BWRAP_WORKDIR
-        before = _descendants(os.getpid())
-        cgroup = None
         try:
             if self.as_nobody and host_dir:
                 os.chown(host_dir, SANDBOX_UID, SANDBOX_GID)
             try:
-                if self.cgroup is not None:
-                    cgroup = RunCgroup.make(self.cgroup, lim.memory_mb * 2**20)
-                enter = functools.partial(_enter_run, cgroup.procs_file if cgroup else None,
-                                          SANDBOX_UID if self.as_nobody else None)
-                proc = subprocess.Popen(
-                    self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, cwd=host_dir or "/", env=self._environment(workdir),
-                    start_new_session=True, preexec_fn=enter,
-                )
-            except (OSError, CgroupUnavailable, subprocess.SubprocessError) as e:
-                return RunResult([], f"the sandbox could not start: {e}")
+                self.launcher.ensure_started()  # before `before`: the spawner outlives the run
+                before = _descendants(os.getpid())
+                oom_kills = self.launcher.oom_kills()
+                proc = self.launcher.start(self._command(), self._environment(workdir), host_dir or "/",
+                                           (SANDBOX_UID, SANDBOX_GID) if self.as_nobody else None)
+            except (OSError, CgroupUnavailable, SpawnerError) as e:
+                return RunResult([], f"the sandbox could not start: {e}", started=False)
             try:
                 result = self._communicate(proc, request, len(suite.cases), mark, keep_going)
             finally:
                 self._kill(proc, before)
-            if cgroup is not None:
-                result.oom_kills = cgroup.oom_kills()
+                self.launcher.kill_leftovers()
+            result.oom_kills = self.launcher.oom_kills() - oom_kills
             return result
         finally:
-            if cgroup is not None:
-                cgroup.remove()
             if host_dir:
                 _remove_tree(host_dir)
 
-    def _communicate(self, proc: subprocess.Popen, request: bytes, total: int, mark: str,
+    def _communicate(self, proc: LaunchedRun, request: bytes, total: int, mark: str,
                      keep_going: Callable[[CaseRun], bool] | None) -> RunResult:
         lim = self.limits
         out_cap = total * (4 * (lim.max_output_bytes + 1) + LINE_OVERHEAD)
@@ -400,23 +389,28 @@ class Sandbox:
         result.cases.append(case)
         return keep_going is not None and not keep_going(case)
 
-    @staticmethod
-    def _kill(proc: subprocess.Popen, before: set[int]) -> None:
-        """Kill the launcher's process group, then every new descendant of this process."""
+    def _kill(self, proc: LaunchedRun, before: set[int]) -> None:
+        """Kill the run's process group, then every new descendant of this process."""
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        try:
+            proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # a stopped or hung spawner: the run dies with it
+            log.error("sandbox: the spawner did not report the end of a killed run within %g s; restarting it",
+                      KILL_WAIT_S)
+            self.launcher.close()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             with suppress(OSError):
                 stream.close()
-        for _ in range(1000):
-            strays = sorted(_descendants(os.getpid()) - before)
-            if not strays:
+        deadline = time.monotonic() + KILL_WAIT_S
+        while strays := sorted(_descendants(os.getpid()) - before):
+            if time.monotonic() > deadline:
+                log.error("sandbox: processes of a run survived %g s of kill rounds: %s", KILL_WAIT_S, strays)
                 return
             for pid in strays:
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            for pid in strays:
+            for pid in strays:  # ours if the spawner died (this process is a subreaper too)
                 with suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
-        log.error("sandbox: processes of a run survived 1000 kill rounds: %s", strays)
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.001)  # the spawner reaps its own

@@ -3,6 +3,7 @@ processes a sandbox run may have left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import psutil
@@ -28,3 +29,14 @@ def sandbox_processes(marker: str = HARNESS_MARK) -> list[psutil.Process]:
         if p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in cmdline):
             found.append(p)
     return found
+
+
+def run_processes(root: int) -> list[psutil.Process]:
+    """Live processes below `root` but its sandboxes' spawners (they outlive runs)."""
+    found = []
+    for p in psutil.Process(root).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if not any(a.endswith(os.path.join("reward", "spawner.py")) for a in p.cmdline()):
+                found.append(p)
+    return found
+

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 import time
 
 import pytest
-from sandbox_support import reward_config, sandbox_processes
+from sandbox_support import reward_config, run_processes, sandbox_processes
 
+from areal_hpc.reward import launcher
 from areal_hpc.reward.code_check import VerdictMemo, check_code
 from areal_hpc.reward.code_tests import parse_tests
 from areal_hpc.reward.sandbox import WORKDIR_PREFIX, Sandbox
@@ -194,3 +196,29 @@ def test_a_reward_worker_judges_a_repeated_program_once(sandbox: Sandbox) -> Non
         scorer = Scorer(reward_config(sandbox.backend, reuse_verdicts=keep))
         verdicts = [scorer.score(CodeTask(ADD_PROGRAM, ADD)) for _ in range(3)]
         assert all(v.correct for v in verdicts) and scorer.memo.hits == hits
+
+
+def test_a_killed_spawner_is_started_again(sandbox: Sandbox) -> None:
+    """Runs start from the sandbox's spawner process; if it dies between runs, the next run starts
+    a new one and is judged as usual."""
+    assert score(sandbox, ADD_PROGRAM).correct
+    first = sandbox.launcher.proc
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    assert score(sandbox, ADD_PROGRAM).correct
+    assert sandbox.launcher.proc.pid != first.pid and not run_processes(os.getpid())
+
+
+def test_a_hung_spawner_fails_the_run_as_the_service_s_fault_and_is_replaced(
+        sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped spawner: the run is reported as an infrastructure failure (left out of training,
+    not scored wrong), the spawner is killed, and the next run gets a new one."""
+    monkeypatch.setattr(launcher, "ANSWER_TIMEOUT_S", 0.5)
+    assert score(sandbox, ADD_PROGRAM).correct
+    stopped = sandbox.launcher.proc
+    stopped.send_signal(signal.SIGSTOP)
+    verdict = score(sandbox, ADD_PROGRAM)
+    assert verdict.infra and not verdict.correct, verdict
+    assert "the sandbox could not start: the spawner did not answer within 0.5 s" in verdict.reason
+    assert stopped.poll() is not None  # killed and reaped
+    assert score(sandbox, ADD_PROGRAM).correct

@@ -24,9 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-import psutil
 import pytest
-from sandbox_support import reward_config, sandbox_processes
+from sandbox_support import reward_config, run_processes, sandbox_processes
 
 from areal_hpc.reward.code_tests import TestSuite, parse_tests
 from areal_hpc.reward.pool import RewardPool
@@ -113,7 +112,7 @@ def contained(served: Served, program: str, tests: TestSuite = ADD) -> Verdict:
     verdict = score(program, tests)
     assert verdict.reward == pool.config.wrong and verdict.reason, verdict
     for pid in pool.worker_pids():
-        assert pid is not None and psutil.Process(pid).children(recursive=True) == []
+        assert pid is not None and run_processes(pid) == []
     assert sandbox_processes() == []
     assert score(ADD_PROGRAM, ADD) == Verdict(pool.config.correct, 2, 2, "passed 2/2 tests", correct=True)
     return verdict

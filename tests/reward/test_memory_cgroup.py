@@ -94,7 +94,7 @@ def test_a_run_cgroup_is_limited_and_removed_with_what_is_left_in_it(parent) -> 
     assert int((run.path / limit).read_text()) == 64 << 20
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        Path(run.procs_file).write_text(str(proc.pid))
+        run.add(proc.pid)
         run.remove()
         assert proc.wait(timeout=10) == -9
         assert not run.path.exists()
@@ -133,4 +133,11 @@ def test_memory_the_per_process_limit_misses_is_stopped(parent, backend: str, pr
     verdict = check_code(task, config, sandbox)
     assert verdict.reward == config.wrong
     assert verdict.reason.startswith("memory limit of 96 MB for the run exceeded"), verdict
-    assert not [p for p in parent.path.iterdir() if p.name.startswith(f"{PREFIX}{os.getpid()}-")]
+    # The worker's runs share its cgroup, one at a time: the next run starts with the whole limit
+    # and no out-of-memory kill of its own.
+    small = check_code(CodeTask("print(8)", parse_tests({"inputs": ["\n"], "outputs": ["8\n"]})), config, sandbox)
+    assert small.reward == config.correct, small
+    cgroup = sandbox.launcher.cgroup.path
+    assert cgroup.parent == parent.path and cgroup.name.startswith(f"{PREFIX}{os.getpid()}-")
+    sandbox.close()
+    assert not cgroup.exists()

@@ -11,7 +11,7 @@ from contextlib import suppress
 
 import psutil
 import pytest
-from sandbox_support import LIMITS, sandbox_processes
+from sandbox_support import LIMITS, run_processes, sandbox_processes
 
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.reward.code_tests import parse_tests
@@ -108,7 +108,7 @@ async def _busy_worker(pool: RewardPool, exclude: set[int] = frozenset()) -> int
     while time.monotonic() < deadline:
         for pid in set(_pids(pool)) - exclude:
             with suppress(psutil.NoSuchProcess):
-                if psutil.Process(pid).children():
+                if run_processes(pid):
                     return pid
         await asyncio.sleep(0.05)
     raise AssertionError("no worker started the task")
