@@ -8,8 +8,9 @@ import subprocess
 import tempfile
 import time
 
+import psutil
 import pytest
-from sandbox_support import reward_config, run_processes, sandbox_processes
+from sandbox_support import reward_config, sandbox_processes
 
 from areal_hpc.reward import launcher
 from areal_hpc.reward.code_check import VerdictMemo, check_code
@@ -127,8 +128,6 @@ def test_auto_refuses_a_weaker_sandbox_unless_it_is_named(tmp_path, monkeypatch:
 
 def test_descendants_are_the_whole_subtree_and_match_psutil() -> None:
     """The stray sweep's subtree walk finds grandchildren (a double fork) as psutil's scan does."""
-    import psutil
-
     from areal_hpc.reward.sandbox import _descendants
 
     parent = subprocess.Popen(["/bin/sh", "-c", "sleep 30 & sleep 30 & wait"])
@@ -206,7 +205,8 @@ def test_a_killed_spawner_is_started_again(sandbox: Sandbox) -> None:
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     assert score(sandbox, ADD_PROGRAM).correct
-    assert sandbox.launcher.proc.pid != first.pid and not run_processes(os.getpid())
+    spawner = sandbox.launcher.proc.pid
+    assert spawner != first.pid and not psutil.Process(spawner).children()  # the run left nothing
 
 
 def test_a_hung_spawner_fails_the_run_as_the_service_s_fault_and_is_replaced(
