@@ -96,9 +96,12 @@ def _fsync(path: Path) -> None:
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """`text` at `path`, never half-written: a synced temporary file renamed into place. `mode`
-    (before the umask) holds from the file's creation on, so a secret is never readable by others."""
+    (before the umask) holds from the file's creation on, so a secret is never readable by others:
+    the temporary file is always a new one (O_EXCL), never one planted beforehand with a wider mode
+    or as a symbolic link to somewhere else (O_EXCL does not follow links)."""
     tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+    tmp.unlink(missing_ok=True)  # left by a writer that died, or planted
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

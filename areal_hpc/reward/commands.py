@@ -1,15 +1,15 @@
 """`areal-hpc reward math|code|custom`: score one answer, program or response and print the JSON
 verdict.
 
-For users debugging a reward: the same checks the pool's workers run, in this process, with the
-limits of the default (or a given) experiment config. `code` runs every test case rather than
-stopping at the first failure, so `passed` counts them all.
+For users debugging a reward: the same checks the pool's workers run, with the limits of the
+default (or a given) experiment config. `code` runs every test case rather than stopping at the
+first failure, so `passed` counts them all; `custom` calls the function in a child process, as the
+launch check does, so that one which exits, crashes or hangs is named rather than ending the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,8 +18,9 @@ from areal_hpc.config.schema import RewardConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_check import check_code
 from areal_hpc.reward.code_tests import load_tests
-from areal_hpc.reward.custom import check_custom, load_function
+from areal_hpc.reward.custom import failed, scored
 from areal_hpc.reward.math_check import check_math
+from areal_hpc.reward.probe import ProbeFailed, check_in_child
 from areal_hpc.reward.sandbox import Sandbox
 from areal_hpc.reward.task import CodeTask, CustomTask, MathTask, Verdict
 
@@ -79,6 +80,11 @@ def _code(args: argparse.Namespace) -> int:
 
 
 def _custom(args: argparse.Namespace) -> int:
-    config = dataclasses.replace(_reward_config(args), function=args.function)
+    """The verdict of one call, made in a child process: a function that exits, crashes or hangs
+    is named in the verdict's reason, as a call that raises is, and the command lives."""
+    config = _reward_config(args)
     task = CustomTask(args.response, args.data_source, args.ground_truth)
-    return _print(check_custom(task, load_function(args.function), config))
+    try:
+        return _print(scored(args.function, check_in_child(args.function, task, config.timeout_s)))
+    except ProbeFailed as e:
+        return _print(failed(args.function, str(e)))

@@ -164,12 +164,20 @@ def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> Score:
     return score_of(result)
 
 
+def scored(function: str, score: Score) -> Verdict:
+    """The verdict of a call of `function` that returned `score`."""
+    return Verdict(score.reward, int(score.correct), 1, f"score {score.reward:g} from {function}", score.metrics,
+                   correct=score.correct)
+
+
+def failed(function: str, why: str) -> Verdict:
+    """The verdict of a call of `function` that gave no reward: FAILED_SCORE, not correct, saying why."""
+    return Verdict(FAILED_SCORE, 0, 1, f"custom reward function {function} {why}")
+
+
 def check_custom(task: CustomTask, fn: RewardFunction, config: RewardConfig) -> Verdict:
-    """Score one response with config.function (`fn`); a call that fails scores FAILED_SCORE and
-    not correct, saying why."""
+    """Score one response with config.function (`fn`), in this process."""
     try:
-        score = call(fn, task, config.timeout_s)
+        return scored(str(config.function), call(fn, task, config.timeout_s))
     except CallFailed as e:
-        return Verdict(FAILED_SCORE, 0, 1, f"custom reward function {config.function} {e}")
-    return Verdict(score.reward, int(score.correct), 1, f"score {score.reward:g} from {config.function}",
-                   score.metrics, correct=score.correct)
+        return failed(str(config.function), str(e))

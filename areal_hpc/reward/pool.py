@@ -223,6 +223,10 @@ class RewardPool:
     def _failure(self, task: Task, reason: str) -> Verdict:
         return failure(task, self.config.wrong, reason, infra=True)
 
+    def _under(self, task: Task) -> str:
+        """What ran when a worker died or hung: the user's function for a custom task, named."""
+        return f"custom reward function {self.config.function}: " if isinstance(task, CustomTask) else ""
+
     async def _drive(self, slot: int) -> None:
         """Feed one worker from the queue, forever."""
         assert self._queue is not None
@@ -260,11 +264,12 @@ class RewardPool:
                 self.timeouts += 1
                 self._workers[slot] = None
                 await worker.kill()
-                return self._failure(task, f"scoring timed out after {limit:g} s (worker restarted)")
+                return self._failure(task, f"{self._under(task)}scoring timed out after {limit:g} s (worker restarted)")
             except WorkerDied as e:
                 self._workers[slot] = None
                 await worker.kill()
                 deaths += 1
-                log.warning("reward worker %d died under a task (%s)", slot, e)
+                log.warning("reward worker %d died under a task (%s%s)", slot, self._under(task), e)
                 if deaths > self.config.retries:
-                    return self._failure(task, f"the reward worker died under this task, {deaths}x ({e})")
+                    return self._failure(task, f"{self._under(task)}the reward worker died under this task,"
+                                               f" {deaths}x ({e})")

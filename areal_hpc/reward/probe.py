@@ -1,12 +1,13 @@
-"""The launch check of a custom reward function, run in a child process of its own.
+"""One call of a custom reward function in a child process of its own.
 
 `python -m areal_hpc.reward.probe` reads one JSON line, `{"function": spec, "timeout_s": t,
 "task": CustomTask}`, imports the function, calls it once and answers one JSON line:
-`{"reward": r, "metrics": {...}}` or `{"error": message}`. The caller (`check_in_child`) runs on
-rank 0 before any other process starts: a function whose import or call ends its process
-(os._exit, a segfault in an extension, the out-of-memory killer) must be named with its exit
-status, not take the controller down with it. Anything the function prints goes to stderr, never
-into the answer.
+`{"reward": r, "correct": c, "metrics": {...}}` or `{"error": message}`. The callers
+(`check_in_child`) are the launch check on rank 0, before any other process starts, and
+`areal-hpc reward custom`: a function whose import or call ends its process (os._exit, a segfault
+in an extension, the out-of-memory killer) or never returns must be named with what happened, not
+take the controller or the command down with it. Anything the function prints goes to stderr,
+never into the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 
 from areal_hpc.errors import UserError
-from areal_hpc.reward.custom import CallFailed, call, load_function
+from areal_hpc.reward.custom import CallFailed, Score, call, load_function
 from areal_hpc.reward.task import CustomTask, task_from_json, task_to_json
 
 # Seconds the child gets beyond the call's own limit, to start Python and import the function's
@@ -42,15 +43,16 @@ def _ended(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def check_in_child(spec: str, task: CustomTask, timeout_s: float) -> tuple[float, dict[str, float]]:
-    """The reward and metrics of calling `spec` on `task` in a child process; raises UserError for
-    an import error (as load_function) and ProbeFailed for a call that gave no reward."""
+def check_in_child(spec: str, task: CustomTask, timeout_s: float) -> Score:
+    """What calling `spec` on `task` in a child process returned; raises UserError for an import
+    error (as load_function) and ProbeFailed for a call that gave no reward."""
     request = json.dumps({"function": spec, "timeout_s": timeout_s, "task": task_to_json(task)})
+    limit_s = timeout_s + IMPORT_GRACE_S
     try:
         done = subprocess.run([sys.executable, "-m", "areal_hpc.reward.probe"], input=request + "\n",
-                              capture_output=True, text=True, timeout=timeout_s + IMPORT_GRACE_S)
+                              capture_output=True, text=True, timeout=limit_s)
     except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"did not return within {timeout_s + IMPORT_GRACE_S:g} s (import and call),"
+        raise ProbeFailed(f"did not return within {limit_s:g} s (import and call),"
                           " and its process was killed") from None
     lines = done.stdout.splitlines()
     if not lines:
@@ -63,7 +65,7 @@ def check_in_child(spec: str, task: CustomTask, timeout_s: float) -> tuple[float
         raise UserError(reply["import_error"])
     if "error" in reply:
         raise ProbeFailed(reply["error"])
-    return float(reply["reward"]), {str(k): float(v) for k, v in reply["metrics"].items()}
+    return Score(float(reply["reward"]), bool(reply["correct"]), {str(k): float(v) for k, v in reply["metrics"].items()})
 
 
 def main() -> int:
@@ -78,7 +80,7 @@ def main() -> int:
     else:
         try:
             score = call(fn, task, float(request["timeout_s"]))
-            reply = {"reward": score.reward, "metrics": score.metrics}
+            reply = {"reward": score.reward, "correct": score.correct, "metrics": score.metrics}
         except CallFailed as e:
             reply = {"error": str(e)}
     out.write(json.dumps(reply) + "\n")

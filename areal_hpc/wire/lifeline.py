@@ -13,10 +13,14 @@ goes the way a dead one does. (Spawned children such as vLLM's engine core do no
 socket: it is close-on-exec.)
 
 A line counts only once it has said who it is: the job's secret (made by rank 0, sent to the
-workers in the launch plan) and a rank of this job not already held. Anything else on the port (a
-port scanner, another job, a stranger) is dropped without effect: a wrong greeting at once, a
-silent or slow one after HELLO_TIMEOUT_S, and at most MAX_UNNAMED are kept waiting, so a flood
-cannot use up rank 0's descriptors. A spare generator greets with the rank JOIN instead: its
+workers in the launch plan) and a rank of this job that has never held a line (a worker connects
+once; a replacement's line is its message link). Anything else on the port (a port scanner,
+another job, a stranger, a greeting replayed after its rank's line ended, which would otherwise
+keep that rank from being replaced) is dropped without effect: a wrong greeting at once, a silent
+or slow one HELLO_TIMEOUT_S after it connected, however it trickles in, and at most MAX_UNNAMED are
+kept waiting, so a flood cannot use up rank 0's descriptors. The secret keeps out whoever cannot
+read the job's launch plan or join file; like MPI's and NCCL's own traffic, the line is not
+encrypted, so the job's network is trusted not to be read by others. A spare generator greets with the rank JOIN instead: its
 connection is handed over (`joins`) to become its message link (wire/link.py). The server polls with the platform's selector (epoll on
 Linux), whose cost per call is the number of lines that changed, not the number held (select()
 also fails once a descriptor number passes 1024; a 513-rank job on one node's rank 0 gets there).
@@ -87,6 +91,7 @@ class LifelineServer:
         self._lines: dict[socket.socket, int] = {}  # named line -> its rank
         self._joins: list[socket.socket] = []  # greeted as JOIN, not yet taken
         self._held: set[int] = set()
+        self._named: set[int] = set()  # every rank that ever held a line: named once
         # Accepted, greeting not yet (fully) received: line -> (bytes so far, accepted at).
         self._unnamed: dict[socket.socket, tuple[bytes, float]] = {}
 
@@ -155,12 +160,13 @@ class LifelineServer:
             self._selector.unregister(line)
             self._joins.append(line)
             return
-        if rank not in self._ranks or rank in self._held:
+        if rank not in self._ranks or rank in self._named:
             self._drop(line)
             return
         del self._unnamed[line]
         self._lines[line] = rank
         self._held.add(rank)
+        self._named.add(rank)
 
     @staticmethod
     def _closed(line: socket.socket) -> bool:

@@ -121,3 +121,22 @@ def test_a_corrupt_controller_state_is_a_clear_error(tmp_path):
     (d / "controller.json").write_text('{"version": 10, "stag')
     with pytest.raises(UserError, match="controller.json: not a readable controller state"):
         ck.ControllerState.load(d)
+
+
+def test_write_atomic_never_writes_through_a_planted_temporary_file(tmp_path):
+    """A file or link planted where the temporary file goes (a run directory others can write)
+    neither receives the secret with its own wider mode nor redirects the write elsewhere."""
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    target = tmp_path / "join.json"
+    for planted in ("file", "link"):
+        tmp = tmp_path / "join.json.tmp"
+        if planted == "file":
+            tmp.write_text("")
+            tmp.chmod(0o666)
+        else:
+            tmp.symlink_to(victim)
+        ck.write_atomic(target, "secret", mode=0o600)
+        assert target.read_text() == "secret" and target.stat().st_mode & 0o777 == 0o600
+        assert not target.is_symlink() and not tmp.exists() and victim.read_text() == "untouched"
+        target.unlink()

@@ -211,8 +211,9 @@ def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> N
     assert [v.reason for v in failed] == [
         f"custom reward function {spec} raised ValueError: no answer in 42",
         f"custom reward function {spec} timed out after 1 s",  # the alarm: the worker lives on
-        "scoring timed out after 2 s (worker restarted)",  # the alarm ignored: the pool kills the worker
-        "the reward worker died under this task, 2x (exit status 3)",
+        # the alarm ignored: the pool kills the worker
+        f"custom reward function {spec}: scoring timed out after 2 s (worker restarted)",
+        f"custom reward function {spec}: the reward worker died under this task, 2x (exit status 3)",
         f"custom reward function {spec} returned str '1.0', not a finite number or a dict with a 'score'",
         f"custom reward function {spec} returned float nan, not a finite number or a dict with a 'score'",
     ]

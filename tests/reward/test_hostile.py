@@ -18,6 +18,8 @@ import re
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -320,3 +322,63 @@ def test_stopping_the_parent(served) -> None:
     )
     verdict = contained(served, program)
     assert ("wrong answer" if shielded else "total time limit") in verdict.reason
+
+
+def test_walking_proc(served) -> None:
+    """A program that reads every process's command line and environment it can find sees only its
+    own run's processes, not a secret a process outside holds in both."""
+    if served[1].config.code.backend == "rlimits":
+        pytest.skip("the rlimits backend has no PID namespace: any user may read other processes' command lines")
+    token = secrets.token_hex(16)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", token],
+                              env={**os.environ, "AREAL_HOSTILE_SECRET": token})
+    try:
+        program = (
+            "import os\n"
+            "seen, found = 0, False\n"
+            "for name in os.listdir('/proc'):\n"
+            "    if not name.isdigit():\n"
+            "        continue\n"
+            "    seen += 1\n"
+            "    for part in ('cmdline', 'environ'):\n"
+            "        try:\n"
+            f"            found |= {token!r}.encode() in open(f'/proc/{{name}}/{{part}}', 'rb').read()\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "print('found' if found else f'saw {seen}')\n"
+        )
+        verdict = contained(served, program, _one_case("found"))
+        assert "wrong answer" in verdict.reason, verdict.reason
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_writing_to_dev_shm(served) -> None:
+    """Shared memory is no channel out of a run: the program's /dev is its own and read-only."""
+    if served[1].config.code.backend != "bwrap":
+        pytest.skip("only bwrap gives the program a /dev of its own; the fallbacks share the host's /dev/shm")
+    name = f"areal-escape-{secrets.token_hex(4)}"
+    program = (
+        "from multiprocessing import shared_memory\n"
+        "written = []\n"
+        f"for path in ('/dev/shm/{name}', '/dev/{name}'):\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        written.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "try:\n"
+        f"    shared_memory.SharedMemory('{name}-posix', create=True, size=4096)\n"
+        "    written.append('posix')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "print('escaped' if written else 'contained')\n"
+    )
+    try:
+        verdict = contained(served, program, _one_case("escaped"))
+        assert "wrong answer" in verdict.reason, verdict.reason
+        assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(name)]
+    finally:
+        for p in Path("/dev/shm").glob(f"{name}*"):
+            p.unlink()

@@ -136,3 +136,29 @@ def test_custom_command(capsys, tmp_path) -> None:
                                  "--ground-truth", "12")
     assert code == 2 and verdict is None and err == f"error: reward function '{fn}:scores': {fn} defines no" \
                                                     " function 'scores'\n"
+
+
+
+@pytest.mark.parametrize("source, happened", [
+    ("import os\ndef score(**kw):\n    os._exit(3)\n", "the process exited with status 3"),
+    ("import ctypes\ndef score(**kw):\n    return ctypes.string_at(0)\n", "the process was killed by SIGSEGV"),
+    ("import os\nos._exit(4)\n", "the process exited with status 4"),
+    ("while True:\n    pass\n", "did not return within 2 s (import and call), and its process was killed"),
+    ("import signal\ndef score(**kw):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n"
+     "        pass\n", "did not return within 2 s (import and call), and its process was killed"),
+])
+def test_a_custom_function_that_ends_or_holds_its_process_is_named_and_the_command_lives(
+        capsys, tmp_path, monkeypatch, source, happened) -> None:
+    """Exits and crashes at import or call, and loops the call's alarm cannot stop, are the verdict's
+    reason: the function runs in a child process, not in the command's."""
+    from areal_hpc.reward import probe
+
+    monkeypatch.setattr(probe, "IMPORT_GRACE_S", 1.0)
+    fn = tmp_path / "bad_reward.py"
+    fn.write_text(source)
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"base: [{TINY_CPU}]\nreward: {{timeout_s: 1.0}}\n")
+    code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", f"{fn}:score", "--response", "12",
+                               "--ground-truth", "12", "--config", str(config))
+    assert code == 0 and (verdict["reward"], verdict["correct"]) == (0.0, False)
+    assert verdict["reason"].startswith(f"custom reward function {fn}:score ") and happened in verdict["reason"]

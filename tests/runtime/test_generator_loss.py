@@ -190,6 +190,7 @@ def test_a_spare_joins_the_running_job_in_a_lost_generators_place(tmp_path, tiny
                                stdout=job_out, stderr=subprocess.STDOUT)
         try:
             wait_for("the job's first record", metrics.exists, 300, job, output)
+            assert (run_dir / "join.json").stat().st_mode & 0o777 == 0o600  # it holds the job's secret
             spare = subprocess.Popen([sys.executable, "-m", "areal_hpc.launch", "--join", str(run_dir)], env=env,
                                      stdout=spare_out, stderr=subprocess.STDOUT)
             # Beside the running job on 2 cores a vLLM engine takes minutes to start (24 s alone).

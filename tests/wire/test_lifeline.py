@@ -147,6 +147,46 @@ def test_silent_connections_are_dropped_after_the_hello_timeout(monkeypatch):
         server.close()
 
 
+def test_a_greeting_trickled_in_is_dropped_when_its_time_since_connecting_is_up(monkeypatch):
+    """A slow client sending a right greeting a byte at a time cannot hold a socket past
+    HELLO_TIMEOUT_S: the time counts from the connection, not from its last byte."""
+    monkeypatch.setattr(lifeline, "HELLO_TIMEOUT_S", 0.5)
+    server = LifelineServer(RANKS)
+    slow = connect(server)
+    try:
+        start = time.monotonic()
+        for byte in greeting(server.secret, 3)[:-1]:
+            server.ended()
+            try:
+                slow.send(bytes([byte]))
+            except OSError:  # rank 0 closed it
+                break
+            time.sleep(0.1)
+        poll_until(server, lambda: server.waiting == 0, 5)
+        assert time.monotonic() - start < 1.5 and server.held == frozenset()
+        assert closed_by_peer(slow)
+    finally:
+        slow.close()
+        server.close()
+
+
+def test_a_greeting_replayed_after_its_ranks_line_ended_is_dropped():
+    """A recorded greeting sent again once its rank is gone names nobody, so the rank stays vacant
+    for a replacement and is not reported lost twice."""
+    server = LifelineServer(RANKS)
+    own = connect(server, greeting(server.secret, 5))
+    poll_until(server, lambda: server.held == {5}, 5)
+    own.close()
+    assert ended_within(server, 5) == [5]
+    replay = connect(server, greeting(server.secret, 5))
+    try:
+        poll_until(server, lambda: closed_by_peer(replay), 5)
+        assert server.held == frozenset() and server.waiting == 0 and server.ended() == []
+    finally:
+        replay.close()
+        server.close()
+
+
 def test_a_flood_of_waiting_connections_is_capped(monkeypatch):
     """Beyond MAX_UNNAMED connections waiting for their greeting, the oldest are closed, and a
     worker arriving after the flood still gets its lifeline."""
@@ -172,6 +212,8 @@ def closed_by_peer(s: socket.socket) -> bool:
         return s.recv(1) == b""
     except BlockingIOError:
         return False
+    except ConnectionResetError:  # closed with bytes of ours unread
+        return True
 
 
 CONCURRENT = 4096
