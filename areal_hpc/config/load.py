@@ -31,7 +31,7 @@ from areal_hpc.config.hf import (
     shape_from_hf,
 )
 from areal_hpc.config.schema import ExperimentConfig, ModelConfig
-from areal_hpc.config.validate import REQUIRED_SHAPE, validate
+from areal_hpc.config.validate import REQUIRED_SHAPE, path_kind, validate
 from areal_hpc.errors import ConfigError
 
 # A YAML file may list other YAML files (paths relative to itself) to merge underneath it, so
@@ -102,8 +102,9 @@ def _label(path: Path) -> str:
 
 
 def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {_label(path)}")
+    if (kind := path_kind(path)) != "file":
+        raise ConfigError(f"config file not found: {_label(path)}" if kind in ("dir", "missing") else
+                          f"{_label(path)}: {kind}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -202,6 +203,11 @@ def expected(hint: Any) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
 
 
+# How OmegaConf refuses a value: its own errors, and a TypeError for a mapping given to a list key
+# (or a list to a mapping key).
+_REFUSED = (OmegaConfBaseException, TypeError)
+
+
 def _well_typed(data: dict, report: Report, cls: type = ExperimentConfig, prefix: str = "") -> dict:
     """`data` without the values its fields cannot take, each reported: every leaf is merged alone
     into its section's schema, so each bad one is named."""
@@ -215,7 +221,7 @@ def _well_typed(data: dict, report: Report, cls: type = ExperimentConfig, prefix
         try:
             OmegaConf.merge(schema, {key: value})
             out[key] = value
-        except OmegaConfBaseException:
+        except _REFUSED:
             report.add(f"{prefix}{key}: expected {expected(hints[key])}, got {_shown(value)}", f"{prefix}{key}")
     return out
 
@@ -228,11 +234,11 @@ def _typed(data: dict, report: Report) -> ExperimentConfig:
     """The typed config; values of the wrong type are reported and left at their defaults."""
     try:
         return _to_object(data)
-    except OmegaConfBaseException:
+    except _REFUSED:
         pass
     try:
         return _to_object(_well_typed(data, report))
-    except OmegaConfBaseException as e:  # a value no single field refuses: say what OmegaConf says
+    except _REFUSED as e:  # a value no single field refuses: say what OmegaConf says
         report.add(f"{getattr(e, 'full_key', None) or 'config'}: {str(e).splitlines()[0]}")
         raise report.error() from None
 
@@ -267,7 +273,7 @@ def fill_model_shape(model: ModelConfig, report: Report) -> ModelConfig:
     shape_keys = [f"model.{f}" for f in SHAPE_FIELDS]
     if model.path is not None:
         file = Path(model.path) / "config.json"
-        if file.is_file():
+        if path_kind(file) == "file":
             try:
                 shape = shape_from_hf(read_hf_config(model.path), file)
             except ConfigError as e:
@@ -282,7 +288,9 @@ def fill_model_shape(model: ModelConfig, report: Report) -> ModelConfig:
                 report.origins.update({f"model.{f}": str(file) for f in filled})
                 model = dataclasses.replace(model, **filled)
         elif any(getattr(model, f) is None for f in _FROM_CHECKPOINT):
-            where = "directory not found" if not Path(model.path).is_dir() else "has no config.json"
+            kind = path_kind(model.path)
+            where = {"dir": "has no config.json", "file": "directory not found", "missing": "directory not found"}.get(
+                kind, kind)
             report.add(f"model.path = {model.path!r}: {where}; the model's shape comes from its config.json",
                        "model.path")
             report.condemned.update(shape_keys)
@@ -304,7 +312,9 @@ def load_config(
     report = Report()
     data = {} if path is None else _read_with_bases(Path(path), report.origins)
     extra = parse_overrides(overrides, report)
-    report.origins.update(dict.fromkeys(_leaves(extra), OVERRIDES))
+    # Each key as written (`name={x: 1}` sets `name`, not `name.x`) and each leaf below it.
+    written = [item.split("=", 1)[0].strip() for item in overrides if "=" in item]
+    report.origins.update(dict.fromkeys([*written, *_leaves(extra)], OVERRIDES))
     cfg = _typed(_known(_deep_merge(data, extra), report), report)
     cfg.model = fill_model_shape(cfg.model, report)
     for problem in validate(cfg, check_files=check_files):

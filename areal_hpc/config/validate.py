@@ -5,7 +5,9 @@ Pure except for the optional file-existence checks. Each problem is one line nam
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 from areal_hpc.config.hf import FAMILIES, LLAMA3_FIXED, SHAPE_FIELDS
@@ -190,12 +192,12 @@ def _model(cfg: ExperimentConfig) -> list[str]:
     """The shape is complete and the family's; head_dim and RoPE scaling are representable."""
     m = cfg.model
     where = f" (from {m.path}/config.json)" if m.path is not None else ""
+    if m.family not in FAMILIES:  # first: qkv_bias and qk_norm default to the family's
+        return [f"model.family = {m.family!r}: must be one of {', '.join(FAMILIES)}"]
     missing = [f"model.{f}: must be set (or set model.path to a checkpoint; its config.json gives it)"
                for f in REQUIRED_SHAPE if getattr(m, f) is None]
     if missing:
         return missing
-    if m.family not in FAMILIES:
-        return [f"model.family = {m.family!r}: must be one of {', '.join(FAMILIES)}"]
     family, problems = FAMILIES[m.family], []
     for key, want, what in (("qkv_bias", family.qkv_bias, "bias on q, k and v"),
                             ("qk_norm", family.qk_norm, "an RMSNorm on each query and key head")):
@@ -395,31 +397,47 @@ def _spares(cfg: ExperimentConfig) -> list[str]:
     return []
 
 
+def path_kind(path: str | Path) -> str:
+    """"dir", "file" or "missing", or why the path cannot be looked at at all ("File name too
+    long", "Permission denied"), where pathlib's is_file and is_dir would raise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
+        return getattr(e, "strerror", None) or str(e)
+    return "dir" if stat.S_ISDIR(mode) else "file"
+
+
 def _files(cfg: ExperimentConfig) -> list[str]:
     problems = []
+    kinds: dict[str, str] = {}
+
+    def check(key: str, value: str, wanted: set[str], missing: str) -> None:
+        kinds[key] = kind = path_kind(value)
+        if kind not in wanted:
+            problems.append(f"{key} = {value!r}: {missing if kind in ('dir', 'file', 'missing') else kind}")
+
     for key in ("model.path", "model.tokenizer_path"):
-        value = get(cfg, key)
-        if value is not None and not Path(value).is_dir():
-            problems.append(f"{key} = {value!r}: directory not found")
-    if cfg.model.path is not None and Path(cfg.model.path).is_dir():
-        if not (Path(cfg.model.path) / "config.json").is_file():
-            problems.append(f"model.path = {cfg.model.path!r}: has no config.json (not a Hugging Face model)")
+        if (value := get(cfg, key)) is not None:
+            check(key, value, {"dir"}, "directory not found")
+    if kinds.get("model.path") == "dir" and path_kind(Path(cfg.model.path) / "config.json") != "file":
+        problems.append(f"model.path = {cfg.model.path!r}: has no config.json (not a Hugging Face model)")
+    data_file = "file not found (a data file or a dataset directory)"
     for key in ("data.train_path", "data.eval_path"):
-        value = get(cfg, key)
-        if value is not None and not Path(value).exists():
-            problems.append(f"{key} = {value!r}: file not found (a data file or a dataset directory)")
+        if (value := get(cfg, key)) is not None:
+            check(key, value, {"dir", "file"}, data_file)
     for n, value in enumerate(cfg.eval.paths):
-        if not Path(value).exists():
-            problems.append(f"eval.paths[{n}] = {value!r}: file not found (a data file or a dataset directory)")
+        check(f"eval.paths[{n}]", value, {"dir", "file"}, data_file)
     stems = [Path(p).stem for p in cfg.eval.paths]
     if len(set(stems)) < len(stems):
         problems.append(f"eval.paths: two data sets share a name ({', '.join(stems)}); metrics are named by file stem")
     template = cfg.data.chat_template
-    if template not in ("auto", "none") and not Path(template).is_file():
-        problems.append(f"data.chat_template = {template!r}: not auto, none or an existing template file (.jinja)")
+    if template not in ("auto", "none"):
+        check("data.chat_template", template, {"file"}, "not auto, none or an existing template file (.jinja)")
     resume = cfg.checkpoint.resume
-    if resume not in ("auto", "never") and not Path(resume).is_dir():
-        problems.append(f"checkpoint.resume = {resume!r}: not 'auto', 'never' or an existing checkpoint directory")
+    if resume not in ("auto", "never"):
+        check("checkpoint.resume", resume, {"dir"}, "not 'auto', 'never' or an existing checkpoint directory")
     return problems
 
 
@@ -436,7 +454,9 @@ def missing_weights(cfg: ExperimentConfig) -> list[str]:
 
 def validate(cfg: ExperimentConfig, check_files: bool = True) -> list[str]:
     """All problems of a config, one line each; empty when it can run."""
-    problems = _ranges_and_choices(cfg) + _model(cfg)
+    problems = _ranges_and_choices(cfg)
+    if not any(p.startswith("model.") for p in problems):  # _model divides by the shape's values
+        problems += _model(cfg)
     if not problems:  # the structural checks divide by these values
         problems += _model_and_parallel(cfg)
         if cfg.device != "cpu":
