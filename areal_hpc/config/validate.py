@@ -192,11 +192,11 @@ def _model(cfg: ExperimentConfig) -> list[str]:
     """The shape is complete and the family's; head_dim and RoPE scaling are representable."""
     m = cfg.model
     where = f" (from {m.path}/config.json)" if m.path is not None else ""
-    if m.family not in FAMILIES:  # first: qkv_bias and qk_norm default to the family's
+    if m.family is not None and m.family not in FAMILIES:  # first: qkv_bias and qk_norm follow the family
         return [f"model.family = {m.family!r}: must be one of {', '.join(FAMILIES)}"]
     missing = [f"model.{f}: must be set (or set model.path to a checkpoint; its config.json gives it)"
                for f in REQUIRED_SHAPE if getattr(m, f) is None]
-    if missing:
+    if missing:  # model.family among them when unset
         return missing
     family, problems = FAMILIES[m.family], []
     for key, want, what in (("qkv_bias", family.qkv_bias, "bias on q, k and v"),

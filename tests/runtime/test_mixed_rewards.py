@@ -74,7 +74,8 @@ def test_math_and_custom_prompts_in_one_run(tmp_path: Path, tiny_model_dir: Path
     assert trained == [B * GROUP - GROUP, B * GROUP]
     ledger = read_jsonl(run_dir / "ledger.jsonl")
     assert [e["prompt_ids"] for e in ledger] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the prompt is not retried
-    assert "sample(s) left out of training, the reward service failed on them: the reward worker died" in job.output
+    assert "sample(s) left out of training, the reward service failed on them: custom reward function" in job.output
+    assert ": the reward worker died under this task" in job.output
     for r in steps:
         assert r["source/arith/reward_mean"] % 2.5 == 0 and -5 <= r["source/arith/reward_mean"] <= 5, r
         assert 0.25 <= r["source/custom/echo/reward_mean"] <= 1.25, r
