@@ -294,6 +294,8 @@ def fill_model_shape(model: ModelConfig, report: Report) -> ModelConfig:
             report.add(f"model.path = {model.path!r}: {where}; the model's shape comes from its config.json",
                        "model.path")
             report.condemned.update(shape_keys)
+    if "model.family" in report.condemned:  # reported and left unset: these follow from it
+        report.condemned.update(("model.qkv_bias", "model.qk_norm"))
     family = FAMILIES.get(model.family)
     if family is not None:
         model = dataclasses.replace(
