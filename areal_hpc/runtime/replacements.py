@@ -72,6 +72,7 @@ class Replacements:
             if not self.spares or self.left <= 0:
                 break
             out.append((rank, self.spares.popleft()))
+            self.lifelines.expect(rank)  # the replacement greets as `rank` once it took the offer
             self.offered += 1
         return out
 

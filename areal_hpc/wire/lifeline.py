@@ -13,10 +13,10 @@ goes the way a dead one does. (Spawned children such as vLLM's engine core do no
 socket: it is close-on-exec.)
 
 A line counts only once it has said who it is: the job's secret (made by rank 0, sent to the
-workers in the launch plan) and a rank of this job that has never held a line (a worker connects
-once; a replacement's line is its message link). Anything else on the port (a port scanner,
-another job, a stranger, a greeting replayed after its rank's line ended, which would otherwise
-keep that rank from being replaced) is dropped without effect: a wrong greeting at once, a silent
+workers in the launch plan) and a rank of this job that rank 0 expects: every worker rank once
+at launch, and a lost rank once more when it is offered to a replacement (`expect`). Anything else
+on the port (a port scanner, another job, a stranger, a greeting replayed after its rank's line
+ended, which would otherwise keep that rank from being replaced) is dropped without effect: a wrong greeting at once, a silent
 or slow one HELLO_TIMEOUT_S after it connected, however it trickles in, and at most MAX_UNNAMED are
 kept waiting, so a flood cannot use up rank 0's descriptors. The secret keeps out whoever cannot
 read the job's launch plan or join file; like MPI's and NCCL's own traffic, the line is not
@@ -91,7 +91,7 @@ class LifelineServer:
         self._lines: dict[socket.socket, int] = {}  # named line -> its rank
         self._joins: list[socket.socket] = []  # greeted as JOIN, not yet taken
         self._held: set[int] = set()
-        self._named: set[int] = set()  # every rank that ever held a line: named once
+        self._expected: set[int] = set(self._ranks)  # ranks whose next greeting names them
         # Accepted, greeting not yet (fully) received: line -> (bytes so far, accepted at).
         self._unnamed: dict[socket.socket, tuple[bytes, float]] = {}
 
@@ -160,13 +160,13 @@ class LifelineServer:
             self._selector.unregister(line)
             self._joins.append(line)
             return
-        if rank not in self._ranks or rank in self._named:
+        if rank not in self._expected:
             self._drop(line)
             return
         del self._unnamed[line]
         self._lines[line] = rank
         self._held.add(rank)
-        self._named.add(rank)
+        self._expected.discard(rank)
 
     @staticmethod
     def _closed(line: socket.socket) -> bool:
@@ -195,6 +195,12 @@ class LifelineServer:
         generators, each line now theirs to use as a message link (non-blocking)."""
         taken, self._joins = self._joins, []
         return taken
+
+    def expect(self, rank: int) -> None:
+        """Let one more greeting name `rank`: a replacement offered that lost rank holds its lifeline."""
+        if rank not in self._ranks:
+            raise ValueError(f"rank {rank} is not a worker rank of this job")
+        self._expected.add(rank)
 
     def cut(self, rank: int) -> None:
         """Tell worker `rank` it is dropped from the run, so its process leaves; `ended` reports

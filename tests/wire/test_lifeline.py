@@ -170,20 +170,31 @@ def test_a_greeting_trickled_in_is_dropped_when_its_time_since_connecting_is_up(
         server.close()
 
 
-def test_a_greeting_replayed_after_its_ranks_line_ended_is_dropped():
+def test_a_greeting_replayed_after_its_ranks_line_ended_is_dropped_until_a_replacement_is_expected():
     """A recorded greeting sent again once its rank is gone names nobody, so the rank stays vacant
-    for a replacement and is not reported lost twice."""
+    for a replacement and is not reported lost twice; once rank 0 offered the rank to a
+    replacement (`expect`), one greeting names it again, and only one."""
     server = LifelineServer(RANKS)
     own = connect(server, greeting(server.secret, 5))
     poll_until(server, lambda: server.held == {5}, 5)
     own.close()
     assert ended_within(server, 5) == [5]
     replay = connect(server, greeting(server.secret, 5))
+    lines = [replay]
     try:
         poll_until(server, lambda: closed_by_peer(replay), 5)
         assert server.held == frozenset() and server.waiting == 0 and server.ended() == []
+        server.expect(5)
+        lines.append(connect(server, greeting(server.secret, 5)))
+        poll_until(server, lambda: server.held == {5}, 5)
+        lines.append(connect(server, greeting(server.secret, 5)))
+        poll_until(server, lambda: closed_by_peer(lines[-1]), 5)
+        assert server.held == {5} and not closed_by_peer(lines[1])
+        with pytest.raises(ValueError, match="rank 99 is not a worker rank"):
+            server.expect(99)
     finally:
-        replay.close()
+        for line in lines:
+            line.close()
         server.close()
 
 
