@@ -124,25 +124,23 @@ def mark_complete(ckpt: str | Path) -> None:
 
 def problems(ckpt: str | Path) -> list[str]:
     """What no longer matches the manifest of a complete checkpoint (empty: it is whole). A
-    COMPLETE without a manifest (written before manifests) is trusted as it is."""
+    manifest that cannot be read (a torn copy, or truncated to nothing) vouches for nothing."""
     ckpt = Path(ckpt)
-    text = (ckpt / MARKER).read_text()
-    if not text.strip():
-        return []
     try:
-        files = json.loads(text)["files"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return [f"{ckpt / MARKER}: not a readable manifest"]
+        files = json.loads((ckpt / MARKER).read_bytes())["files"]
+        wants = [(str(name), int(want["bytes"]), str(want["sha256"])) for name, want in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [f"{MARKER}: not a readable manifest"]
     found = []
-    for name, want in files.items():
+    for name, size_then, digest in wants:
         f = ckpt / name
         if not f.is_file():
             found.append(f"{name}: missing")
             continue
         size = f.stat().st_size
-        if size != want["bytes"]:
-            found.append(f"{name}: {size} bytes, the manifest says {want['bytes']}")
-        elif _digest(f, size) != want["sha256"]:
+        if size != size_then:
+            found.append(f"{name}: {size} bytes, the manifest says {size_then}")
+        elif _digest(f, size) != digest:
             found.append(f"{name}: its contents changed since the checkpoint was written")
     return found
 

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 # Rows named in an error before the count of the rest.
 SHOWN_ROWS = 5
+# A prompt text with more characters than this many per token of rollout.max_prompt_len, per
+# character of the tokenizer's longest token, is overlong whatever its tokens, and is not tokenized:
+# a token stands for at most its own string's characters (a normalizer seldom shrinks text; the
+# margin covers it). Tokenizing a 100 MB prompt takes rank 0 over 24 GB.
+CHARS_MARGIN = 4
 # A tokenizer directory holds at least one of these (fast, slow or sentencepiece tokenizers).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
@@ -99,27 +104,47 @@ def prompt_texts(rows: list[PromptRow], tokenizer: PreTrainedTokenizerBase, data
     return texts
 
 
-def token_ids(texts: list[str], tokenizer: PreTrainedTokenizerBase) -> list[np.ndarray]:
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [np.asarray(row_ids, dtype=np.int32) for row_ids in ids]
+def token_ids(texts: list[str], tokenizer: PreTrainedTokenizerBase, max_len: int) -> list[np.ndarray | None]:
+    """Each text's token ids (int32); None for a text too long to fit in `max_len` tokens whatever
+    they are (CHARS_MARGIN), which is not tokenized."""
+    longest = max(map(len, tokenizer.get_vocab()), default=1)
+    bound = CHARS_MARGIN * longest * max_len
+    fits = [i for i, text in enumerate(texts) if len(text) <= bound]
+    out: list[np.ndarray | None] = [None] * len(texts)
+    if fits:
+        for i, row_ids in zip(fits, tokenizer([texts[i] for i in fits], add_special_tokens=False)["input_ids"],
+                              strict=True):
+            out[i] = np.asarray(row_ids, dtype=np.int32)
+    return out
+
+
+def lengths_of(ids: list[np.ndarray | None]) -> list[int | None]:
+    """Token counts, None where the text was too long to tokenize."""
+    return [None if x is None else len(x) for x in ids]
 
 
 def overlong_reason(max_len: int) -> str:
     return f"longer than rollout.max_prompt_len = {max_len}"
 
 
-def keep_fitting(lengths: list[int], max_len: int, data: DataConfig, what: str) -> tuple[list[int], dict[str, list[int]]]:
-    """The 0-based rows that fit in max_len tokens, and the 1-based rows left out by reason. Under
-    data.overlong = error any overlong row is a DataError; so is every row overlong."""
-    over = [i for i, n in enumerate(lengths) if n > max_len]
+def _size(length: int | None) -> str:
+    return "its text alone is too long to fit" if length is None else f"{length} tokens"
+
+
+def keep_fitting(lengths: list[int | None], max_len: int, data: DataConfig,
+                 what: str) -> tuple[list[int], dict[str, list[int]]]:
+    """The 0-based rows that fit in max_len tokens (a None length: too long to tokenize), and the
+    1-based rows left out by reason. Under data.overlong = error any overlong row is a DataError;
+    so is every row overlong."""
+    over = [i for i, n in enumerate(lengths) if n is None or n > max_len]
     if over and (data.overlong == "error" or len(over) == len(lengths)):
-        named = "; ".join(f"row {i + 1} ({lengths[i]} tokens)" for i in over[:SHOWN_ROWS])
+        named = "; ".join(f"row {i + 1} ({_size(lengths[i])})" for i in over[:SHOWN_ROWS])
         more = f"; and {len(over) - SHOWN_ROWS} more" if len(over) > SHOWN_ROWS else ""
         fix = ("raise rollout.max_prompt_len or set data.overlong: filter to leave them out"
                if len(over) < len(lengths) else "raise rollout.max_prompt_len")
         raise DataError(f"{what}: {len(over)} of {len(lengths)} prompts are {overlong_reason(max_len)} tokens:"
                         f" {named}{more} ({fix})")
-    kept = [i for i, n in enumerate(lengths) if n <= max_len]
+    kept = [i for i, n in enumerate(lengths) if n is not None and n <= max_len]
     return kept, ({overlong_reason(max_len): [i + 1 for i in over]} if over else {})
 
 
@@ -134,6 +159,6 @@ def left_out(what: str, rows: int, filtered: dict[str, list[int]]) -> str:
 def render(rows: list[PromptRow], tokenizer: PreTrainedTokenizerBase, data: DataConfig, max_len: int, what: str) -> RenderedPrompts:
     """The prompts of `rows` (named `what` in errors) as the model sees them, overlong rows left out."""
     texts = prompt_texts(rows, tokenizer, data, what)
-    ids = token_ids(texts, tokenizer)
-    kept, filtered = keep_fitting([len(x) for x in ids], max_len, data, what)
+    ids = token_ids(texts, tokenizer, max_len)
+    kept, filtered = keep_fitting(lengths_of(ids), max_len, data, what)
     return RenderedPrompts([texts[i] for i in kept], [ids[i] for i in kept], kept, filtered)

@@ -15,13 +15,15 @@ import numpy as np
 
 from areal_hpc.config.load import load_config
 from areal_hpc.config.schema import RewardConfig
-from areal_hpc.data.chat import keep_fitting, left_out, load_tokenizer, prompt_texts, token_ids
+from areal_hpc.data.chat import keep_fitting, left_out, lengths_of, load_tokenizer, prompt_texts, token_ids
 from areal_hpc.data.prompts import load_prompts
 from areal_hpc.errors import UserError
 from areal_hpc.prompt_row import PromptRow
 from areal_hpc.reward.references import references
 from areal_hpc.reward.task import kind_of
 
+# Characters of the first prompt shown (a whole book as a prompt is not printed).
+FIRST_CHARS = 20_000
 # What a row without a data_source is called in the reward kinds.
 NO_SOURCE = "(no data_source)"
 
@@ -62,9 +64,13 @@ def _check(args: argparse.Namespace) -> int:
     print(f"{what}: {len(rows)} rows (layout {data.layout}: prompt '{prompt_key}', answer '{answer_key}')")
     tokenizer = load_tokenizer(tokenizer_dir)
     texts = prompt_texts(rows, tokenizer, data, what)
-    lengths = [len(ids) for ids in token_ids(texts, tokenizer)]
-    print(f"first prompt (row 1, {lengths[0]} tokens), as the model sees it:\n{texts[0]}\n--- end of prompt")
-    print(f"prompt tokens: {length_stats(lengths)}")
+    lengths = lengths_of(token_ids(texts, tokenizer, max_len))
+    first = f"{len(texts[0])} characters" if lengths[0] is None else f"{lengths[0]} tokens"
+    print(f"first prompt (row 1, {first}), as the model sees it:\n{texts[0][:FIRST_CHARS]}"
+          f"{' ...' if len(texts[0]) > FIRST_CHARS else ''}\n--- end of prompt")
+    tokenized = [n for n in lengths if n is not None]
+    print(f"prompt tokens: {length_stats(tokenized) if tokenized else 'none tokenized'}"
+          f"{'' if len(tokenized) == len(lengths) else f' ({len(lengths) - len(tokenized)} too long to tokenize)'}")
     kept, filtered = keep_fitting(lengths, max_len, data, what)
     print(left_out(what, len(rows), filtered) if filtered
           else f"none left out: every prompt fits in rollout.max_prompt_len = {max_len}")

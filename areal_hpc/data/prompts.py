@@ -150,15 +150,33 @@ def _columns_checked(path: Path, columns: list[str], keys: tuple[str, str]) -> N
             raise DataError(f"{path}: no column '{column}'{of} (columns: {', '.join(columns)})")
 
 
+def _unreadable(path: Path, e: BaseException) -> DataError:
+    reason = " ".join(str(e.__cause__ or e).split())[:REASON_CHARS]
+    return DataError(f"{path}: not a readable Parquet file ({reason})")
+
+
+def _with_rows(path: Path, files: list[Path]) -> list[Path]:
+    """The Parquet files that hold rows, from their footers (datasets refuses a file of none with
+    an error about batch sizes)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return [f for f in files if pq.read_metadata(f).num_rows > 0]
+    except Exception as e:  # pyarrow raises several types for a damaged footer
+        raise _unreadable(path, e) from None
+
+
 def _parquet(path: Path, files: list[Path], keys: tuple[str, str]) -> Located:
     datasets = _quiet_datasets()
+    files = _with_rows(path, files)
+    if not files:
+        return
     with tempfile.TemporaryDirectory(prefix="areal-hpc-datasets-") as cache:
         try:
             table = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split=TRAIN_SPLIT,
                                           cache_dir=cache)
         except Exception as e:  # pyarrow and datasets raise several types for unreadable files
-            reason = " ".join(str(e.__cause__ or e).split())[:REASON_CHARS]
-            raise DataError(f"{path}: not a readable Parquet file ({reason})") from None
+            raise _unreadable(path, e) from None
         _columns_checked(path, table.column_names, keys)
         rows = table.to_list()
     yield from ((f"{path}: row {n}", row) for n, row in enumerate(rows, 1))

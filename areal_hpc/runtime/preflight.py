@@ -27,6 +27,7 @@ from areal_hpc.reward.task import Reference
 from areal_hpc.runtime import run_lock
 from areal_hpc.slurm.hetjob import uses_gpus
 from areal_hpc.slurm.verify import GPU_ENV, gpu_of, verify
+from areal_hpc.trainer.hf_checkpoint import HFCheckpoint
 from areal_hpc.wire.messages import LaunchPlan
 from areal_hpc.wire.network import interface_address
 
@@ -61,6 +62,18 @@ def model_dir_of(cfg: ExperimentConfig) -> Path:
     if problems:
         raise UserError(f"model directory {path} does not match the config: " + "; ".join(problems))
     return path
+
+
+def check_model_files(cfg: ExperimentConfig, model_dir: Path, tokenizer: PreTrainedTokenizerBase,
+                      tokenizer_dir: Path) -> None:
+    """The weights' headers against the model's shape (a truncated or mis-shaped file is named
+    here, not by a trainer rank's load after minutes of start-up; headers only: milliseconds for a
+    32B model's shards), and a tokenizer whose ids fit the embedding."""
+    HFCheckpoint(model_dir).check(cfg.model)
+    if len(tokenizer) > cfg.model.vocab_size:
+        raise UserError(f"the tokenizer in {tokenizer_dir} has {len(tokenizer)} tokens, more than the model's"
+                        f" vocab_size = {cfg.model.vocab_size} ({model_dir}/config.json): ids from"
+                        f" {cfg.model.vocab_size} on have no embedding row; use the model's own tokenizer")
 
 
 def check_layout(cfg: ExperimentConfig) -> None:
@@ -99,7 +112,9 @@ def preflight(config: str, overrides: list[str], world_size: int) -> tuple[Launc
     train_refs = references(train, cfg.reward, train_what)
     held_out_refs = [references(rows, cfg.reward, what) for (_, rows), what in zip(held_out_sets, eval_whats, strict=True)]
     model_dir = model_dir_of(cfg)
-    tokenizer = load_tokenizer(cfg.model.tokenizer_path or model_dir)
+    tokenizer_dir = Path(cfg.model.tokenizer_path or model_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    check_model_files(cfg, model_dir, tokenizer, tokenizer_dir)
     train, train_ids, train_refs = fitting(train, train_refs, tokenizer, cfg, train_what)
     prompts = Prompts(train, train_ids, train_refs, [], [], [], [])
     for (name, rows), refs, what in zip(held_out_sets, held_out_refs, eval_whats, strict=True):

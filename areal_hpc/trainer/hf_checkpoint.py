@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from areal_hpc.config.hf import FAMILIES, hf_config_dict
@@ -39,15 +39,19 @@ class HFCheckpoint:
         self.path = Path(path)
         index = self.path / INDEX
         if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            self.files = {name: self.path / file for name, file in weight_map.items()}
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+                self.files = {str(name): self.path / str(file) for name, file in weight_map.items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise WeightsError(f"{index}: not a readable safetensors index (expected {{\"weight_map\":"
+                                   f" {{tensor name: file}}}}; {type(e).__name__}: {e})") from None
         else:
             files = sorted(self.path.glob("*.safetensors"))
             if not files:
                 raise WeightsError(f"{self.path}: no *.safetensors files (not a Hugging Face checkpoint)")
             self.files = {}
             for file in files:
-                with safe_open(file, framework="pt") as f:
+                with _opened(file) as f:
                     self.files.update(dict.fromkeys(f.keys(), file))
         self._open: dict[Path, object] = {}
 
@@ -56,14 +60,17 @@ class HFCheckpoint:
         if file not in self._open:
             if not file.is_file():
                 raise WeightsError(f"{file}: listed in {INDEX} for {name} but missing")
-            self._open[file] = safe_open(file, framework="pt")
+            self._open[file] = _opened(file)
         return self._open[file]
 
     def names(self) -> list[str]:
         return sorted(self.files)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handle(name).get_slice(name).get_shape())
+        try:
+            return tuple(self._handle(name).get_slice(name).get_shape())
+        except SafetensorError as e:  # the index names a file that does not hold the tensor
+            raise WeightsError(f"{self.files[name]}: {name}: {e}") from None
 
     def get(self, name: str) -> torch.Tensor:
         return self._handle(name).get_tensor(name)
@@ -89,6 +96,16 @@ class HFCheckpoint:
         if problems:
             expected = f"{FAMILIES[m.family].architecture} of its config.json's shape"
             raise WeightsError(f"{self.path}: the tensors are not those of a {expected}: " + "; ".join(problems))
+
+
+def _opened(file: Path):
+    """safe_open of `file` (its header is read and checked against the file's size); a file that
+    is not whole safetensors is a WeightsError naming it."""
+    try:
+        return safe_open(file, framework="pt")
+    except (SafetensorError, OSError) as e:
+        raise WeightsError(f"{file}: not a readable safetensors file ({e}): truncated, or not safetensors")\
+            from None
 
 
 def write_tensors(path: Path, filename: str, tensors: dict[str, torch.Tensor]) -> None:

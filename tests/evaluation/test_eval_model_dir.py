@@ -18,7 +18,7 @@ def training_checkpoint(root: Path, step: int, hf: bool) -> Path:
     if hf:
         ckpt.hf_dir(path).mkdir()
         (ckpt.hf_dir(path) / "config.json").write_text("{}")
-    (path / ckpt.MARKER).write_text("")
+    ckpt.mark_complete(path)
     return path
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -107,6 +109,38 @@ def test_resume_continues_from_the_last_checkpoint(killed_and_resumed):
     assert f"checkpoint {r['run_dir'] / 'checkpoints'}" in r["first_output"]
     assert f"resumed from version {r['saved']}" in second.output
     assert "plot: " in second.output
+
+
+def test_a_checkpoint_truncated_at_any_of_its_files_is_named_and_passed_over(killed_and_resumed, tmp_path, caplog):
+    """The newest checkpoint of the real run, each of its files in turn cut to half (the manifest,
+    COMPLETE, included): `resume: auto` names the file and resumes from the one before, an explicit
+    `checkpoint.resume` of it is refused naming the file, and neither deletes anything."""
+    from areal_hpc.config.load import load_config
+    from areal_hpc.errors import UserError
+
+    newest = ck.latest_complete(killed_and_resumed["run_dir"] / "checkpoints")
+    cfg = load_config("configs/experiments/tiny-cpu.yaml", [f"logging.dir={tmp_path}"])
+    older, damaged = ck.step_dir(ck.root_dir(cfg), 1), ck.step_dir(ck.root_dir(cfg), 2)
+    shutil.copytree(newest, older)
+    shutil.copytree(newest, damaged)
+    files = sorted(p for p in damaged.rglob("*") if p.is_file())
+    kinds = {p.relative_to(damaged).parts[0] for p in files}
+    assert {"trainer", "controller.json", "config.yaml", "tokenizer", ck.MARKER} <= kinds, kinds
+    for path in files:
+        name = str(path.relative_to(damaged))
+        whole = path.read_bytes()
+        path.write_bytes(whole[: len(whole) // 2])
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert ck.resume_from(cfg) == older, name
+        assert f"checkpoint {damaged} is damaged ({name}: " in caplog.text, caplog.text
+        cfg.checkpoint.resume = str(damaged)
+        with pytest.raises(UserError, match=f"damaged: {re.escape(name)}: "):
+            ck.resume_from(cfg)
+        cfg.checkpoint.resume = "auto"
+        assert sorted(p for p in damaged.rglob("*") if p.is_file()) == files
+        path.write_bytes(whole)
+    assert ck.problems(damaged) == []
 
 
 def test_every_prompt_trained_exactly_once(killed_and_resumed):
