@@ -376,6 +376,12 @@ class RewardConfig:
     workers: int = 2
     # Seconds allowed for one math verification or custom function call before it counts as wrong.
     timeout_s: float = 10.0
+    # Megabytes a reward worker process (and the launch's probe of a custom function) may allocate
+    # (RLIMIT_DATA: heap and anonymous memory, not mapped libraries): a custom function or a math
+    # check that allocates past it gets a MemoryError, scored wrong and named, instead of taking
+    # the generator's node. A worker takes ~150 MB itself; programs are limited by code.memory_mb.
+    # 0: no limit.
+    memory_mb: int = 8192
     # Tasks waiting for a free worker; score() waits while this many are queued (backpressure).
     max_pending: int = 256
     # Times a task is resubmitted after its worker process died under it.

@@ -117,6 +117,7 @@ RANGES = [
     ("data.synthetic_warm_start_slips", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("reward.workers", lambda v: v >= 1, ">= 1"),
     ("reward.timeout_s", lambda v: v > 0, "> 0"),
+    ("reward.memory_mb", lambda v: v == 0 or v >= 256, "0 (no limit) or >= 256 (a worker takes ~150 MB itself)"),
     ("reward.max_pending", lambda v: v >= 1, ">= 1"),
     ("reward.retries", lambda v: v >= 0, ">= 0"),
     ("reward.code.per_test_timeout_s", lambda v: v > 0, "> 0"),

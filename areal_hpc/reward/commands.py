@@ -85,6 +85,6 @@ def _custom(args: argparse.Namespace) -> int:
     config = _reward_config(args)
     task = CustomTask(args.response, args.data_source, args.ground_truth)
     try:
-        return _print(scored(args.function, check_in_child(args.function, task, config.timeout_s)))
+        return _print(scored(args.function, check_in_child(args.function, task, config.timeout_s, config.memory_mb)))
     except ProbeFailed as e:
         return _print(failed(args.function, str(e)))

@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import math
 import numbers
+import resource
 import signal
 import sys
 import threading
@@ -152,6 +153,17 @@ def score_of(result: object) -> Score:
     return Score(score, score >= CORRECT_SCORE)
 
 
+def limit_memory(memory_mb: int) -> None:
+    """Cap what this process may allocate at `memory_mb` (reward.memory_mb; 0: no cap), so a
+    function that allocates without bound raises MemoryError here instead of taking the node.
+    RLIMIT_DATA, not RLIMIT_AS: mapped libraries (a CUDA build of torch maps gigabytes it never
+    touches) do not count. Only the soft limit: the sandbox's programs set their own below it."""
+    if memory_mb > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        soft = memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
 def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> Score:
     """What one call returned; raises CallFailed saying why it gave no reward."""
     try:
@@ -159,6 +171,8 @@ def call(fn: RewardFunction, task: CustomTask, timeout_s: float) -> Score:
                                 ground_truth=task.ground_truth, extra_info=task.extra_info)
     except _Timeout:
         raise CallFailed(f"timed out after {timeout_s:g} s") from None
+    except MemoryError:
+        raise CallFailed("ran out of memory (MemoryError: it allocated past reward.memory_mb)") from None
     except (Exception, SystemExit) as e:
         raise CallFailed(f"raised {type(e).__name__}: {shorten(str(e))}") from None
     return score_of(result)

@@ -1,11 +1,11 @@
 """One call of a custom reward function in a child process of its own.
 
 `python -m areal_hpc.reward.probe` reads one JSON line, `{"function": spec, "timeout_s": t,
-"task": CustomTask}`, imports the function, calls it once and answers one JSON line:
+"memory_mb": m, "task": CustomTask}`, caps its memory as a reward worker's, imports the function, calls it once and answers one JSON line:
 `{"reward": r, "correct": c, "metrics": {...}}` or `{"error": message}`. The callers
 (`check_in_child`) are the launch check on rank 0, before any other process starts, and
 `areal-hpc reward custom`: a function whose import or call ends its process (os._exit, a segfault
-in an extension, the out-of-memory killer) or never returns must be named with what happened, not
+in an extension) or never returns must be named with what happened, not
 take the controller or the command down with it. Anything the function prints goes to stderr,
 never into the answer.
 """
@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from areal_hpc.errors import UserError
-from areal_hpc.reward.custom import CallFailed, Score, call, load_function
+from areal_hpc.reward.custom import CallFailed, Score, call, limit_memory, load_function
 from areal_hpc.reward.task import CustomTask, task_from_json, task_to_json
 
 # Seconds the child gets beyond the call's own limit, to start Python and import the function's
@@ -43,10 +43,11 @@ def _ended(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def check_in_child(spec: str, task: CustomTask, timeout_s: float) -> Score:
-    """What calling `spec` on `task` in a child process returned; raises UserError for an import
-    error (as load_function) and ProbeFailed for a call that gave no reward."""
-    request = json.dumps({"function": spec, "timeout_s": timeout_s, "task": task_to_json(task)})
+def check_in_child(spec: str, task: CustomTask, timeout_s: float, memory_mb: int) -> Score:
+    """What calling `spec` on `task` in a child process (memory capped at `memory_mb`, as in a
+    reward worker) returned; raises UserError for an import error (as load_function) and
+    ProbeFailed for a call that gave no reward."""
+    request = json.dumps({"function": spec, "timeout_s": timeout_s, "memory_mb": memory_mb, "task": task_to_json(task)})
     limit_s = timeout_s + IMPORT_GRACE_S
     try:
         done = subprocess.run([sys.executable, "-m", "areal_hpc.reward.probe"], input=request + "\n",
@@ -72,6 +73,7 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     request = json.loads(sys.stdin.readline())
+    limit_memory(int(request["memory_mb"]))
     task = task_from_json(request["task"])
     try:
         fn = load_function(request["function"])

@@ -72,7 +72,7 @@ def _custom_references(numbered: Numbered, reward: RewardConfig, what: str) -> d
                                   for n, row in numbered}
     n, row = numbered[0]
     try:
-        check_in_child(str(reward.function), refs[n].task(row.answer), reward.timeout_s)
+        check_in_child(str(reward.function), refs[n].task(row.answer), reward.timeout_s, reward.memory_mb)
     except ProbeFailed as e:
         raise UserError(f"reward.function = {reward.function!r}: called on row {n} of {what} (data_source"
                         f" {row.data_source!r}, its ground truth as the response), it {e}") from None

@@ -19,7 +19,7 @@ from typing import TextIO
 from areal_hpc.config.schema import CodeSandboxConfig, RewardConfig
 from areal_hpc.errors import UserError
 from areal_hpc.reward.code_check import VerdictMemo, check_code
-from areal_hpc.reward.custom import RewardFunction, check_custom, load_function
+from areal_hpc.reward.custom import RewardFunction, check_custom, limit_memory, load_function
 from areal_hpc.reward.math_check import check_math
 from areal_hpc.reward.sandbox import Sandbox
 from areal_hpc.reward.task import CustomTask, MathTask, Task, Verdict, failure, kinds_in_use, task_from_json
@@ -88,6 +88,7 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     config = config_from_json(json.loads(sys.stdin.readline())["config"])
+    limit_memory(config.memory_mb)
     scorer = Scorer(config)
     try:
         _send(out, {"ready": scorer.prepare()})

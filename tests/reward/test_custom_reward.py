@@ -85,6 +85,10 @@ def by_mode(data_source, solution_str, ground_truth, extra_info=None):
     mode = extra_info.get("mode")
     if mode == "exit":
         os._exit(3)
+    if mode == "hog":  # allocates without bound
+        held = []
+        while True:
+            held.append(bytearray(64 << 20))
     named = {"raise": raises, "sleep": sleeps, "ignore_alarm": ignores_the_alarm, "text": text, "nan": nan}
     return named.get(mode, exact)(data_source, solution_str, ground_truth, extra_info)
 '''
@@ -190,8 +194,8 @@ def test_routing_by_data_source() -> None:
 def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> None:
     """Each failure is one failed sample with its reason; the pool keeps serving math and custom."""
     config = RewardConfig(kind="math", by_source={"mine": "custom"}, function=f"{functions}:by_mode", workers=2,
-                          timeout_s=1.0, retries=1)
-    modes = ["raise", "sleep", "ignore_alarm", "exit", "text", "nan"]
+                          timeout_s=1.0, retries=1, memory_mb=512)
+    modes = ["raise", "sleep", "ignore_alarm", "exit", "text", "nan", "hog"]
 
     async def run() -> tuple[list[Verdict], list[Verdict], str]:
         async with RewardPool(config, grace_s=1.0) as pool:
@@ -216,9 +220,10 @@ def test_one_pool_survives_every_failure_and_keeps_scoring(functions: Path) -> N
         f"custom reward function {spec}: the reward worker died under this task, 2x (exit status 3)",
         f"custom reward function {spec} returned str '1.0', not a finite number or a dict with a 'score'",
         f"custom reward function {spec} returned float nan, not a finite number or a dict with a 'score'",
+        f"custom reward function {spec} ran out of memory (MemoryError: it allocated past reward.memory_mb)",
     ]
     # The function's own errors are its verdict; a worker the pool had to kill is the service's.
-    assert [v.infra for v in failed] == [False, False, True, True, False, False]
+    assert [v.infra for v in failed] == [False, False, True, True, False, False, False]
     assert [(v.reward, v.passed, v.correct) for v in after] == [(1.0, 1, True), (0.0, 0, False), (5.0, 1, True)]
     assert after[0].metrics == {"chars": 2.0, "source_is_mine": 1.0, "split": 2.0}
     assert after[0].reason == f"score 1 from {spec}"

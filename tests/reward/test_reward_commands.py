@@ -146,18 +146,21 @@ def test_custom_command(capsys, tmp_path) -> None:
     ("while True:\n    pass\n", "did not return within 2 s (import and call), and its process was killed"),
     ("import signal\ndef score(**kw):\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    while True:\n"
      "        pass\n", "did not return within 2 s (import and call), and its process was killed"),
+    ("def score(**kw):\n    held = []\n    while True:\n        held.append(bytearray(64 << 20))\n",
+     "ran out of memory (MemoryError: it allocated past reward.memory_mb)"),
 ])
 def test_a_custom_function_that_ends_or_holds_its_process_is_named_and_the_command_lives(
         capsys, tmp_path, monkeypatch, source, happened) -> None:
-    """Exits and crashes at import or call, and loops the call's alarm cannot stop, are the verdict's
-    reason: the function runs in a child process, not in the command's."""
+    """Exits and crashes at import or call, loops the call's alarm cannot stop, and allocation
+    without bound (capped by reward.memory_mb) are the verdict's reason: the function runs in a
+    child process, not in the command's."""
     from areal_hpc.reward import probe
 
     monkeypatch.setattr(probe, "IMPORT_GRACE_S", 1.0)
     fn = tmp_path / "bad_reward.py"
     fn.write_text(source)
     config = tmp_path / "exp.yaml"
-    config.write_text(f"base: [{TINY_CPU}]\nreward: {{timeout_s: 1.0}}\n")
+    config.write_text(f"base: [{TINY_CPU}]\nreward: {{timeout_s: 1.0, memory_mb: 256}}\n")
     code, verdict, _ = run_cli(capsys, "reward", "custom", "--function", f"{fn}:score", "--response", "12",
                                "--ground-truth", "12", "--config", str(config))
     assert code == 0 and (verdict["reward"], verdict["correct"]) == (0.0, False)
