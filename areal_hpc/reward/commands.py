@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     custom.add_argument("--ground-truth", required=True, help="the row's answer (ground_truth)")
     custom.add_argument("--data-source", help="the row's data_source (default: none)")
     custom.set_defaults(func=_custom)
-    for cmd in (math, code, custom):
+    probe = cmds.add_parser("probe", help="the sandbox and limits the reward workers would use on this machine"
+                                          " (exit 2 when no sandbox works)")
+    probe.set_defaults(func=_probe)
+    for cmd in (math, code, custom, probe):
         cmd.add_argument("--config", help="experiment config whose `reward` section to use (default: built-in)")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="dotted override, e.g. --set reward.code.per_test_timeout_s=2 (repeatable)")
@@ -88,3 +91,19 @@ def _custom(args: argparse.Namespace) -> int:
         return _print(scored(args.function, check_in_child(args.function, task, config.timeout_s, config.memory_mb)))
     except ProbeFailed as e:
         return _print(failed(args.function, str(e)))
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """What a reward worker here would isolate programs with and which limits hold, found as the
+    workers find it (a probe run of the sandbox); run it on a cluster's rollout node to see which
+    memory cgroup (v1, v2 or none) is in force before a job is queued."""
+    config = _reward_config(args)
+    code = config.code
+    sandbox = Sandbox.detect(code)  # SandboxUnavailable (exit 2) names what failed
+    print(f"sandbox: {sandbox.describe()}")
+    print(f"each program: {code.per_test_timeout_s:g} s per test, {code.total_timeout_s:g} s per suite,"
+          f" {code.max_processes} processes, {code.max_output_bytes} bytes of output")
+    cap = f"{config.memory_mb} MB each (RLIMIT_DATA)" if config.memory_mb else "none (reward.memory_mb = 0)"
+    print(f"reward workers: {config.workers} per generator, memory cap {cap}; each math check or custom call limited to"
+          f" {config.timeout_s:g} s")
+    return 0

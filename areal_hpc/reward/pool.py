@@ -145,7 +145,9 @@ class RewardPool:
         self._workers = [w for w, _ in started]
         self.backend = started[0][1]
         # Said once, so a run's log shows how model-written programs were isolated.
-        log.info("reward service: %d worker(s) scoring with %s", len(self._workers), self.backend)
+        cap = f"{self.config.memory_mb} MB" if self.config.memory_mb else "no cap"
+        log.info("reward service: %d worker(s) scoring with %s; worker memory %s (reward.memory_mb)",
+                 len(self._workers), self.backend, cap)
         self._queue = asyncio.Queue(self.config.max_pending)
         self._drivers = [asyncio.create_task(self._drive(i)) for i in range(len(self._workers))]
         return self

@@ -220,6 +220,9 @@ class Sandbox:
         """The first backend and interpreter that pass a probe run (see the module docstring)."""
         backends = (BACKENDS[0],) if limits.backend == "auto" else (limits.backend,)
         if limits.python:
+            if not (os.path.isfile(limits.python) and os.access(limits.python, os.X_OK)):
+                raise SandboxUnavailable(f"reward.code.python = {limits.python!r}: no executable file there on"
+                                         f" this node (the interpreter that runs model-written programs)")
             pythons = [limits.python]
         else:
             pythons = list(dict.fromkeys(p for p in (os.path.realpath(sys.executable), "/usr/bin/python3")

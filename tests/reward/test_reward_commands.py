@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,22 @@ def test_a_custom_function_that_ends_or_holds_its_process_is_named_and_the_comma
                                "--ground-truth", "12", "--config", str(config))
     assert code == 0 and (verdict["reward"], verdict["correct"]) == (0.0, False)
     assert verdict["reason"].startswith(f"custom reward function {fn}:score ") and happened in verdict["reason"]
+
+
+def test_probe_says_which_sandbox_and_limits_hold_here(capsys, tmp_path) -> None:
+    """`areal-hpc reward probe` finds the sandbox as a reward worker does and prints its limits,
+    the memory cgroup in force (or why none) among them; with no interpreter to run programs it
+    exits 2 naming what failed."""
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"base: [{TINY_CPU}]\nreward: {{memory_mb: 2048, code: {{memory_mb: 512}}}}\n")
+    assert main(["reward", "probe", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("sandbox: "), lines
+    assert re.search(r"memory 512 MB (per run \(cgroup v[12] |per process only \(no memory cgroup: )", lines[0]), lines
+    assert lines[1] == "each program: 4 s per test, 30 s per suite, 16 processes, 1048576 bytes of output"
+    assert lines[2] == ("reward workers: 1 per generator, memory cap 2048 MB each (RLIMIT_DATA); each math check or"
+                        " custom call limited to 10 s")
+    assert main(["reward", "probe", "--config", str(config), "--set", f"reward.code.python={tmp_path / 'none'}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: reward.code.python = '{tmp_path / 'none'}': no executable file there on this node (the" \
+                  " interpreter that runs model-written programs)\n", err
