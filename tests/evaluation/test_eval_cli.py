@@ -86,3 +86,25 @@ def test_merge_makes_one_summary_of_all_shards(tmp_path: Path, capsys: pytest.Ca
     merged = responses.read(tmp_path / "set.responses.jsonl")
     assert [(r.prompt, r.sample) for r in merged] == [(p, s) for p in range(3) for s in range(2)]
     assert "set" in capsys.readouterr().out  # the table
+
+
+@pytest.mark.parametrize("source, happened", [
+    ("import os\ndef score(**kw):\n    os._exit(3)\n", "the process exited with status 3"),
+    ("import os\nos._exit(4)\n", "the process exited with status 4"),
+    ("def score(**kw):\n    held = []\n    while True:\n        held.append(bytearray(64 << 20))\n",
+     "ran out of memory (MemoryError: it allocated past reward.memory_mb)"),
+])
+def test_a_custom_function_that_ends_its_process_or_its_memory_stops_eval_naming_it(
+        eval_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, source: str, happened: str):
+    """The function is called once, in a process of its own, before any engine starts: its end is
+    one line naming it, and the command exits 2."""
+    fn = tmp_path / "bad_reward.py"
+    fn.write_text(source)
+    rows = tmp_path / "set.jsonl"
+    rows.write_text(json.dumps({"prompt": "Q: 1+1 = ?\nA:", "answer": "2"}) + "\n")
+    config = tmp_path / "exp.yaml"
+    config.write_text(f"reward: {{kind: custom, function: '{fn}:score', memory_mb: 256}}\n")
+    assert main(eval_args(eval_model_dir, str(rows), tmp_path / "o", "--config", str(config))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: reward.function = '{fn}:score': called on row 1 of {rows}") and happened in err, err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
