@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sandbox-tools test test-faults test-fast lint gpu-check
+.PHONY: venv sandbox-tools test test-faults test-fast lint gpu-check chaos
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ QUICKSTART_CODE_CONFIG := configs/experiments/quickstart-code.yaml
 quickstart-code: venv sandbox-tools
 	$(PY) -m areal_hpc.recipes.warm_start $(QUICKSTART_CODE_CONFIG)
 	$(VENV)/bin/areal-hpc train $(QUICKSTART_CODE_CONFIG) --set checkpoint.resume=never
+
+# A chaos campaign: seeded schedules of faults against real runs of the tiny model, each ending
+# with its invariants checked (benchmarks/chaos.py; 50 schedules, about 2 minutes each here).
+# CHAOS_ARGS="--schedules 10 --seed 50" runs others.
+chaos: venv sandbox-tools
+	$(PY) benchmarks/chaos.py $(CHAOS_ARGS)
 
 # The GPU profile on one GPU in under 13 minutes from empty compile caches (inside containers/Dockerfile's image, or an
 # environment with the gpu extra): versions, TE parity, MFU, vLLM throughput, an NCCL weight

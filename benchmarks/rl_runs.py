@@ -56,18 +56,29 @@ class Job:
         return self.ended - self.started
 
 
-def launch(run_dir: Path, overrides: list[str], timeout: float = 1800, config: str = CONFIG, ranks: int = 3,
-           env: dict[str, str] | None = None, mpiexec_args: list[str] | None = None) -> Job:
-    """One job of `config` on `ranks` MPI ranks into `run_dir` (checkpoint.resume=never unless the
-    overrides say otherwise), whatever its exit status; `env` adds to the environment. A job past
-    `timeout` is stopped (its process group: mpiexec and the ranks it started) and raised."""
+def command(run_dir: Path, overrides: list[str], config: str = CONFIG, ranks: int = 3,
+            mpiexec_args: list[str] | None = None) -> list[str]:
+    """The mpiexec command of one job of `config` on `ranks` MPI ranks into `run_dir`
+    (checkpoint.resume=never unless the overrides say otherwise)."""
     cmd = [str(MPIEXEC), *(mpiexec_args or []), "-n", str(ranks), sys.executable, "-m", "areal_hpc.launch", config,
            "--set", f"logging.dir={run_dir}", "--set", "checkpoint.resume=never", "--set", "logging.tensorboard=false"]
     for o in overrides:
         cmd += ["--set", o]
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING", **(env or {}))
+    return cmd
+
+
+def environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: this one, one thread per rank, vLLM's warnings only, and `env`."""
+    return dict(os.environ, OMP_NUM_THREADS="1", VLLM_LOGGING_LEVEL="WARNING", **(env or {}))
+
+
+def launch(run_dir: Path, overrides: list[str], timeout: float = 1800, config: str = CONFIG, ranks: int = 3,
+           env: dict[str, str] | None = None, mpiexec_args: list[str] | None = None) -> Job:
+    """One job (`command`), whatever its exit status; `env` adds to the environment. A job past
+    `timeout` is stopped (its process group: mpiexec and the ranks it started) and raised."""
+    cmd = command(run_dir, overrides, config, ranks, mpiexec_args)
     started = time.time()
-    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, env=environment(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

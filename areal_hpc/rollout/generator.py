@@ -26,9 +26,10 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -40,7 +41,10 @@ from areal_hpc.rollout.weight_transfer import WeightMismatch, WeightTransferErro
 from areal_hpc.wire.device import device_of
 from areal_hpc.wire.messages import GenerateRequest, SamplingParams, Trajectory
 
+T = TypeVar("T")
 INTERRUPT_MODES = ("abort", "keep", "wait")
+# Seconds between two looks at whether the engine core is alive while a call to it is in flight.
+ENGINE_ALIVE_POLL_S = 0.2
 
 
 class InvalidRequest(UserError):
@@ -154,6 +158,20 @@ class Generator:
         self._max_model_len = self._engine.model_config.max_model_len
         self._vocab_size = self._engine.model_config.get_vocab_size()
         self._serving.set()
+
+    async def _call(self, call: Awaitable[T]) -> T:
+        """`call` to the engine, or vLLM's EngineDeadError once its engine core is dead: vLLM
+        answers a control call in flight (pause, a weight update, an RPC) from the core's replies
+        and leaves it waiting forever when the core dies, so a generator in a weight update would
+        hang instead of failing, and the whole update would break for the others."""
+        task = asyncio.ensure_future(call)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=ENGINE_ALIVE_POLL_S)
+            if done:
+                return task.result()
+            if self._engine.errored:
+                task.cancel()
+                raise self._engine.dead_error
 
     def submit(self, request: GenerateRequest) -> None:
         """Queue `request.group_size` samples; returns at once. Bad requests raise here."""
@@ -278,7 +296,7 @@ class Generator:
 
         info = {"host": host, "port": port, "world_size": world_size, "rank_offset": rank_offset,
                 "timeout_s": self.cfg.startup_timeout_s, "stage": stage}
-        await self._engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
+        await self._call(self._engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info)))
 
     async def update_weights(self, version: int) -> WeightUpdate:
         """Pause, receive `version` from every joined weight group, label it, resume.
@@ -290,18 +308,19 @@ class Generator:
         to all (areal_hpc/controller/scheduler.py), also to those that had it whole.
         """
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+        from vllm.v1.engine.exceptions import EngineDeadError
 
         if version < self._version:
             raise ValueError(f"weight version {version}: the generator already serves version {self._version}")
         async with self._update_lock:
             start = time.perf_counter()
             self._serving.clear()
-            await self._engine.pause_generation(mode=self.mode, clear_cache=self.mode != "keep")
+            await self._call(self._engine.pause_generation(mode=self.mode, clear_cache=self.mode != "keep"))
             try:
-                await self._engine.start_weight_update()
-                await self._engine.update_weights(WeightTransferUpdateRequest(update_info={"version": version}))
-                await self._engine.finish_weight_update()
-                reports = await self._engine.collective_rpc("last_weight_update")
+                await self._call(self._engine.start_weight_update())
+                await self._call(self._engine.update_weights(WeightTransferUpdateRequest(update_info={"version": version})))
+                await self._call(self._engine.finish_weight_update())
+                reports = await self._call(self._engine.collective_rpc("last_weight_update"))
                 refused = sorted({reason for r in reports for reason in r["refused"]})
                 if refused:
                     raise WeightMismatch(
@@ -310,9 +329,9 @@ class Generator:
                     )
                 if any(r["checksums"] != reports[0]["checksums"] for r in reports):
                     raise RuntimeError("the engine's workers received different tensors")
-                await self._engine.update_weight_version(str(version))
+                await self._call(self._engine.update_weight_version(str(version)))
                 self._version = version
-            except WeightMismatch:
+            except (WeightMismatch, EngineDeadError):  # a dead engine fails the generator, not the transfer
                 raise
             except Exception as e:
                 raise WeightTransferError(
@@ -321,7 +340,8 @@ class Generator:
                 ) from e
             finally:
                 self.engine_stats.interrupt()
-                await self._engine.resume_generation()
+                if not self._engine.errored:  # a dead engine's error is the one raised above
+                    await self._call(self._engine.resume_generation())
                 self._serving.set()
             return WeightUpdate(version, time.perf_counter() - start, reports[0]["checksums"])
 

@@ -22,6 +22,7 @@ RUN = {
     "train_step": (37, "train_step.json"),
     "generation": (160, "generation.json"),
     "weight_sync": (231, "weight_sync.json"),
+    "chaos": (150, "chaos.json"),
 }
 # Whose --quick its own test runs, checking its report.
 ELSEWHERE = {"launch_check": "tests/benchmarks/test_launch_check.py"}
