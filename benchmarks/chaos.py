@@ -83,8 +83,9 @@ LOSES_GENERATOR = {"generator-kill", "generator-stall", "engine-kill", "engine-s
 # Faults made by the run itself (AREAL_HPC_FAULT); the others are signals sent from here.
 BY_ENV = {"generator-kill": "generator:{g}:update@{step}:kill", "generator-stall": "generator:{g}:request@{n}:stall",
           "trainer-kill": "trainer:0:step@{step}:kill"}
-# Generate requests per step of the miniature (batch_prompts x group_size), for request@n.
-REQUESTS_PER_STEP = 16
+# Generate requests (one per prompt) a generator gets per step of the miniature (batch_prompts 8
+# over 2 generators), for request@n.
+REQUESTS_PER_STEP = 4
 REWARD_FAULT_RATE = 0.05
 SHARED = ("logging.tensorboard=false", "data.synthetic_eval_size=4", "eval.n=1", "eval_interval=0",
           "checkpoint.interval_steps=2", "rollout.max_new_tokens=64", "watchdog.generation_s=20")

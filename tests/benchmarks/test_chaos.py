@@ -36,7 +36,7 @@ def test_the_faults_the_run_makes_itself(chaos):
     at = chaos.Injection
     drawn = [at("generator-kill", 3, 1), at("engine-kill", 4, 0), at("trainer-kill", 5, 0),
              at("generator-stall", 2, 0)]
-    assert chaos.fault_env(drawn) == "generator:1:update@3:kill,trainer:0:step@5:kill,generator:0:request@32:stall"
+    assert chaos.fault_env(drawn) == "generator:1:update@3:kill,trainer:0:step@5:kill,generator:0:request@8:stall"
     assert chaos.fault_env([at("engine-stop", 3, 0)]) == ""
 
 
