@@ -181,12 +181,16 @@ def test_copies_of_one_program_on_one_prompts_tests_share_one_run(served) -> Non
 
 
 def test_start_fails_when_no_sandbox_works() -> None:
-    config = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(python="/nonexistent/python3"))
+    """An interpreter that exists but cannot run a program fails every backend's probe."""
+    config = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(python="/bin/false"))
     with pytest.raises(SandboxUnavailable, match="the bwrap sandbox cannot run here"):
         asyncio.run(RewardPool(config).start())
-    named = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(backend="rlimits", python="/nonexistent/python3"))
-    with pytest.raises(SandboxUnavailable, match="no sandbox backend works here: rlimits with /nonexistent/python3"):
+    named = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(backend="rlimits", python="/bin/false"))
+    with pytest.raises(SandboxUnavailable, match="no sandbox backend works here: rlimits with /bin/false"):
         asyncio.run(RewardPool(named).start())
+    missing = RewardConfig(kind="code", workers=1, code=CodeSandboxConfig(python="/nonexistent/python3"))
+    with pytest.raises(SandboxUnavailable, match="'/nonexistent/python3': no executable file there"):
+        asyncio.run(RewardPool(missing).start())
 
 
 def test_close_stops_every_worker(served) -> None:
