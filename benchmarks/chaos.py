@@ -19,7 +19,10 @@ auto), as the SLURM scripts requeue it:
 - controller-kill: SIGKILL of rank 0;
 - generator-stop: SIGSTOP of a generator rank: rank 0 cuts its lifeline, it cannot leave, and
   the job ends CUT_GRACE_S later.
-At most one fault of a schedule loses a generator and at most one ends the job.
+At most one fault of a schedule loses a generator and at most one ends the job. A hung
+generator is looked for at 20 s (watchdog.generation_s) and 30 s (watchdog.weight_update_s), not
+at the automatic 300 s, so that a campaign takes hours, not days; the trainer's deadlines are left
+automatic.
 
 After each schedule, checked (any that fails is a violation):
 - ledger: steps 0..N-1 once each, B prompts each, every prompt of the data order once;
@@ -88,7 +91,8 @@ BY_ENV = {"generator-kill": "generator:{g}:update@{step}:kill", "generator-stall
 REQUESTS_PER_STEP = 4
 REWARD_FAULT_RATE = 0.05
 SHARED = ("logging.tensorboard=false", "data.synthetic_eval_size=4", "eval.n=1", "eval_interval=0",
-          "checkpoint.interval_steps=2", "rollout.max_new_tokens=64", "watchdog.generation_s=20")
+          "checkpoint.interval_steps=2", "rollout.max_new_tokens=64", "watchdog.generation_s=20",
+          "watchdog.weight_update_s=30")
 CUSTOM = ("reward.kind=custom", "reward.function=benchmarks/chaos_reward.py:score", "reward.memory_mb=512",
           "reward.timeout_s=2")
 # Seconds after a run ended before its processes must be gone.

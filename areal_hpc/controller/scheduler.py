@@ -275,6 +275,12 @@ class Scheduler:
         return bool(self.syncs)
 
     @property
+    def sending(self) -> bool:
+        """Whether a stage has yet to report sending an update: the trainer is in that send (or
+        before it), so nothing else it was asked to do has begun."""
+        return any(len(s.sent) + s.failed_stages < self.policy.stages for s in self.syncs.values())
+
+    @property
     def trainer_busy(self) -> bool:
         return self.step is not None or bool(self.syncs) or self.ckpt_in_progress is not None
 

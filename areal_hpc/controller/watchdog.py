@@ -11,7 +11,8 @@ called hung, and one that stops is named within a few of its own durations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 from areal_hpc.config.schema import WatchdogConfig
 
@@ -87,6 +88,48 @@ class Watchdog:
         return out
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What rank 0 does about the operations past their deadlines."""
+
+    drop: dict[int, str] = field(default_factory=dict)  # generator rank -> why, for the log
+    restart: tuple[Overdue, ...] = ()  # clocks that start again: those waiting on the dropped
+    fatal: str | None = None  # the job ends with this message
+
+
+def judge(late: list[Overdue], generators: Mapping[str, int], waiting: Collection[int],
+          culprits: Mapping[int, int], sending: bool, alive: Collection[int], min_generators: int) -> Verdict:
+    """Who is to blame for `late`, given the generators by name (the live and joining ones), the
+    members of an update that took it up and are not stranded by a loss (`waiting`), the live
+    members that never took up theirs (`culprits`: rank -> version) and whether the trainer is
+    still sending an update (`sending`).
+
+    A generator past its deadline is dropped, as a dead one is, while `min_generators` are left.
+    Members that took an update up wait on the culprits: they are kept and their clocks start
+    again (the culprits' own clocks fire next). So is the trainer when it is past a deadline
+    while still sending to culprits (its next step or checkpoint has not begun): the culprits are
+    dropped then, though their own clocks may be far from their deadlines (the first update's is
+    `first_s`). Anything else ends the job: the trainer hung, an update every member took up (a
+    transport hang), or too few generators left."""
+    overdue = {generators[o.who]: o for o in late if o.who in generators}
+    trainer = [o for o in late if o.who not in generators]
+    waits = [o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in waiting]
+    drop = {g: f"hung: {o.describe()}" for g, o in overdue.items() if not (o.op == WEIGHT_UPDATE and g in waiting)}
+    if trainer and culprits and sending:
+        name = {g: who for who, g in generators.items()}
+        for g, version in culprits.items():
+            drop.setdefault(g, f"hung: {name[g]}: never took up the weight update to version {version},"
+                               f" which the trainer waits to send ({trainer[0].describe()})")
+        waits, trainer = waits + trainer, []
+    everything = "hung: " + "; ".join([o.describe() for o in late]
+                                      + [why.removeprefix("hung: ") for g, why in drop.items() if g not in overdue])
+    if not drop:
+        return Verdict(restart=tuple(waits)) if waits and culprits and not trainer else Verdict(fatal=everything)
+    if trainer or len([g for g in alive if g not in drop]) < min_generators:
+        return Verdict(fatal=everything)
+    return Verdict(drop=drop, restart=tuple(waits))
+
+
 class UpdateMembers:
     """Which weight update each generator is in, and whether it took it up (UpdateBegun).
 
@@ -100,18 +143,22 @@ class UpdateMembers:
     def __init__(self) -> None:
         self._version: dict[int, int] = {}  # generator rank -> version of the update it is in
         self._begun: set[int] = set()
+        self._paused: set[int] = set()  # took an update up (its latest or one queued before) and is loading it
 
     def sent(self, generator: int, version: int) -> None:
         self._version[generator] = version
         self._begun.discard(generator)
 
     def begun(self, generator: int, version: int) -> None:
+        if generator in self._version:
+            self._paused.add(generator)
         if self._version.get(generator) == version:
             self._begun.add(generator)
 
     def loaded(self, generator: int, version: int) -> int | None:
         """`generator` reported `version` loaded (or broken): the version of the update it is still
         in, None when that was its latest."""
+        self._paused.discard(generator)
         latest = self._version.get(generator)
         if latest is None or latest == version:
             self._version.pop(generator, None)
@@ -121,6 +168,12 @@ class UpdateMembers:
     def drop(self, generator: int) -> None:
         self._version.pop(generator, None)
         self._begun.discard(generator)
+        self._paused.discard(generator)
+
+    def paused(self, generator: int) -> bool:
+        """Whether `generator` took an update up and has not reported it loaded: it generates
+        nothing until then. One sent an update it has not read yet is still generating."""
+        return generator in self._paused
 
     def version(self, generator: int) -> int | None:
         """The version of the update `generator` is in, None when it is in none."""

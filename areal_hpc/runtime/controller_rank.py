@@ -47,6 +47,7 @@ from areal_hpc.controller.watchdog import (
     Overdue,
     UpdateMembers,
     Watchdog,
+    judge,
 )
 from areal_hpc.evaluation.metrics import ks_for, pass_at_k
 from areal_hpc.metrics import report
@@ -302,35 +303,25 @@ class Controller:
             self._lose(rank, self._died(rank))
 
     def _on_overdue(self, late: list[Overdue]) -> None:
-        """A generator hung past its deadline goes the way of a dead one, while enough others are
-        left to go on: rank 0 cuts its lifeline, on which the rank's watching thread ends its
-        process (wire/lifeline.py). In an update, the members that took it up (UpdateBegun) wait
-        on the one that did not: only it is dropped, and their clocks start again, for the broken
-        transfer to be reported and done again. Any other rank hung, an update that every member
-        took up (a transport hang), or too few generators left, ends the job. A member still in a
-        transfer that a lost generator broke is stranded, not waiting: its broadcast relays
-        through peers that gave up, so it is dropped as a hung one is."""
+        """Drop the hung generators (controller/watchdog.py judge says which), or end the job. A
+        dropped one goes the way of a dead one: rank 0 cuts its lifeline, on which the rank's
+        watching thread ends its process (wire/lifeline.py), and the transfer it broke is
+        reported and done again. A member still in a transfer that a lost generator broke is
+        stranded, not waiting: its broadcast relays through peers that gave up."""
         names = {self._name(g): g for g in (*self.sched.alive, *self.sched.joining)}
-        overdue = {names[o.who]: o for o in late if o.who in names}
-        waiting = {g: o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and self.updates.took_up(g)
-                   and not self._lost_since(self.sync_started.get(self.updates.version(g), math.inf))}
-        hung = {g: o for g, o in overdue.items() if g not in waiting}
-        # The ones they wait on may not be overdue yet at this look: their clocks fire next.
-        culprits = self.updates.not_begun(self.sched.alive)
-        if not hung and waiting and culprits and len(overdue) == len(late):
-            for rank, o in waiting.items():
-                self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
-            return
-        left = len([g for g in self.sched.alive if g not in hung])
-        if len(overdue) < len(late) or not hung or left < self.cfg.rollout.min_generators:
-            abort_job(self.chan.comm, "hung: " + "; ".join(o.describe() for o in late))
-        for rank, o in hung.items():
+        waiting = [g for g in names.values() if self.updates.took_up(g)
+                   and not self._lost_since(self.sync_started.get(self.updates.version(g), math.inf))]
+        culprits = {g: self.updates.version(g) for g in self.updates.not_begun(self.sched.alive)}
+        verdict = judge(late, names, waiting, culprits, self.sched.sending, self.sched.alive,
+                        self.cfg.rollout.min_generators)
+        if verdict.fatal is not None:
+            abort_job(self.chan.comm, verdict.fatal)
+        for rank, why in verdict.drop.items():
             self.lifelines.cut(rank)
             self.leaving[rank] = self.now
-            self._lose(rank, f"hung: {o.describe()}")
-        for rank, o in waiting.items():
-            if rank in self.sched.alive:
-                self.watchdog.start(WEIGHT_UPDATE, self._name(rank), o.what, self.now)
+            self._lose(rank, why)
+        for o in verdict.restart:
+            self.watchdog.start(o.op, o.who, o.what, self.now)
 
     def _dead(self) -> list[int]:
         """Ranks whose lifeline (or a replacement's link) ended since the last look, but for
@@ -473,6 +464,8 @@ class Controller:
             self._execute(self.sched.on_weights_sent(msg.stage, msg.version, msg.checksums, msg.error))
         elif isinstance(msg, UpdateBegun):
             self.updates.begun(msg.generator_rank, msg.version)
+            if self.updates.paused(msg.generator_rank):  # watched as an update from now on
+                self.watchdog.cancel(GENERATION, self._name(msg.generator_rank))
         elif isinstance(msg, WeightsLoaded) and msg.error is not None:
             self._explain_broken_update(msg.version, f"{self._name(src)} could not load version {msg.version}:"
                                         f" {msg.error}")
@@ -503,21 +496,24 @@ class Controller:
 
     def _update_ended(self, generator: int, version: int) -> None:
         """`generator` loaded `version` (or its transfer broke). If a later update was queued behind
-        it, the generator is in that one now: a new clock for it; if not, it generates again."""
+        it, the generator is in that one now: a new clock for it. Either way it generates until it
+        takes up the next update."""
         who = self._name(generator)
         later = self.updates.loaded(generator, version)
         if later is None:
             self.watchdog.finish(WEIGHT_UPDATE, who, self.now)
-            self._watch_generation(generator)
         else:
             self.watchdog.start(WEIGHT_UPDATE, who, f"version {later}", self.now)
+        self._watch_generation(generator)
 
     def _watch_generation(self, generator: int) -> None:
         """A generator's clock restarts whenever it shows progress, and stops when it has no work;
-        in an update it is watched as an update, not a generation (its samples then are ones
-        finished before the pause)."""
+        once it has taken an update up it is watched as an update, not a generation (its samples
+        then are ones finished before the pause). Until then it is still generating, and a main
+        loop that hangs there is named by its generation deadline, not by the update's (the
+        first update's is `first_s`, which allows for connecting)."""
         who = self._name(generator)
-        if self.updates.version(generator) is not None:
+        if self.updates.paused(generator):
             return
         if self.sched.generators.load.get(generator, 0) > 0:
             self.watchdog.progress(GENERATION, who, "its prompts in flight", self.now)
@@ -528,7 +524,7 @@ class Controller:
         for c in commands:
             if isinstance(c, Submit):
                 self._submit(c)
-                if self.updates.version(c.generator) is None:
+                if not self.updates.paused(c.generator):
                     self.watchdog.start_if_idle(GENERATION, self._name(c.generator), "its prompts in flight",
                                                 self.now)
             elif isinstance(c, Train):
@@ -536,9 +532,8 @@ class Controller:
                 self.watchdog.start(TRAIN_STEP, TRAINER, f"for version {c.version}", self.now)
             elif isinstance(c, SyncWeights):
                 self._update_weights(c.version, c.generators, c.group)
-                for g in c.generators:  # paused for the update: watched as an update, not a generation
+                for g in c.generators:  # its generation clock runs on until it takes the update up
                     self.updates.sent(g, c.version)
-                    self.watchdog.cancel(GENERATION, self._name(g))
                     self.watchdog.start(WEIGHT_UPDATE, self._name(g), f"version {c.version}", self.now)
             elif isinstance(c, StepFinished):
                 with (self.run_dir / LEDGER_FILE).open("a") as f:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from areal_hpc.config.schema import WatchdogConfig
-from areal_hpc.controller.watchdog import GENERATION, TRAIN_STEP, WEIGHT_UPDATE, UpdateMembers, Watchdog
+from areal_hpc.controller.watchdog import (
+    CHECKPOINT,
+    GENERATION,
+    TRAIN_STEP,
+    WEIGHT_UPDATE,
+    Overdue,
+    UpdateMembers,
+    Verdict,
+    Watchdog,
+    judge,
+)
 
 
 def test_an_automatic_deadline_follows_the_longest_completed_run():
@@ -66,3 +76,67 @@ def test_a_dropped_member_is_in_no_update():
     m.begun(2, 4)
     m.drop(3)
     assert m.not_begun([2, 3]) == [] and m.version(3) is None and m.took_up(2)
+
+
+def _late(op: str, who: str, what: str = "version 2", elapsed: float = 31.0) -> Overdue:
+    return Overdue(op, who, what, elapsed, 30.0)
+
+
+GENERATORS = {"rank 2 (generator 0)": 2, "rank 3 (generator 1)": 3}
+
+
+def test_a_trainer_past_its_deadline_while_it_sends_to_a_member_that_never_took_the_update_up():
+    """The trainer waits on the member, not the other way round: the member is dropped though its
+    own clock is far from its deadline, and the trainer's clock starts again."""
+    late = [_late(TRAIN_STEP, "the trainer", "for version 2")]
+    verdict = judge(late, GENERATORS, waiting=[2], culprits={3: 1}, sending=True, alive=[2, 3], min_generators=1)
+    assert verdict.fatal is None and list(verdict.drop) == [3]
+    assert verdict.drop[3].startswith("hung: rank 3 (generator 1): never took up the weight update to version 1,"
+                                      " which the trainer waits to send (the trainer: training step for version 2")
+    assert verdict.restart == tuple(late)
+
+
+def test_a_trainer_past_its_deadline_ends_the_job_unless_a_culprit_holds_its_send():
+    late = [_late(CHECKPOINT, "the trainer", "step-4")]
+    for culprits, sending in (({3: 1}, False), ({}, True), ({}, False)):
+        verdict = judge(late, GENERATORS, waiting=[2], culprits=culprits, sending=sending, alive=[2, 3],
+                        min_generators=1)
+        assert verdict.fatal == "hung: the trainer: saving checkpoint step-4 has taken 31 s, past its deadline of" \
+                                " 30 s (watchdog.checkpoint_s)" and not verdict.drop
+    both = judge(late, GENERATORS, waiting=[], culprits={2: 1, 3: 1}, sending=True, alive=[2, 3], min_generators=1)
+    assert both.fatal is not None and "rank 2 (generator 0): never took up" in both.fatal
+    assert "rank 3 (generator 1): never took up" in both.fatal
+
+
+def test_members_that_took_an_update_up_wait_on_the_one_that_did_not():
+    waits = [_late(WEIGHT_UPDATE, "rank 2 (generator 0)")]
+    verdict = judge(waits, GENERATORS, waiting=[2], culprits={3: 2}, sending=True, alive=[2, 3], min_generators=1)
+    assert verdict == Verdict(restart=tuple(waits))
+    hung = [*waits, _late(WEIGHT_UPDATE, "rank 3 (generator 1)")]
+    verdict = judge(hung, GENERATORS, waiting=[2], culprits={3: 2}, sending=True, alive=[2, 3], min_generators=1)
+    assert list(verdict.drop) == [3] and verdict.restart == tuple(waits) and verdict.fatal is None
+    assert verdict.drop[3] == "hung: " + hung[1].describe()
+    transport = judge(waits, GENERATORS, waiting=[2], culprits={}, sending=True, alive=[2, 3], min_generators=1)
+    assert transport.fatal is not None
+
+
+def test_a_hung_generator_is_dropped_only_while_enough_are_left():
+    late = [_late(GENERATION, "rank 3 (generator 1)", "its prompts in flight")]
+    kept = judge(late, GENERATORS, waiting=[], culprits={}, sending=False, alive=[2, 3], min_generators=1)
+    assert list(kept.drop) == [3] and kept.fatal is None
+    ended = judge(late, GENERATORS, waiting=[], culprits={}, sending=False, alive=[2, 3], min_generators=2)
+    assert ended.fatal == "hung: " + late[0].describe() and not ended.drop
+
+
+def test_a_member_sent_an_update_it_has_not_read_is_not_paused():
+    members = UpdateMembers()
+    members.sent(2, 1)
+    assert not members.paused(2)
+    members.begun(2, 1)
+    members.sent(2, 2)  # queued behind the one it is loading
+    assert members.paused(2) and not members.took_up(2)
+    assert members.loaded(2, 1) == 2 and not members.paused(2)
+    members.begun(2, 2)
+    assert members.paused(2) and members.took_up(2)
+    members.drop(2)
+    assert not members.paused(2)
