@@ -145,6 +145,31 @@ def problems(ckpt: str | Path) -> list[str]:
     return found
 
 
+def size_of(ckpt: str | Path) -> int:
+    """Bytes a complete checkpoint holds, read from its manifest (0 without a readable one)."""
+    try:
+        return sum(int(f["bytes"]) for f in json.loads((Path(ckpt) / MARKER).read_bytes())["files"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+
+
+# Room asked for beyond the last checkpoint's size: its files vary a little (the controller's
+# state with the prompts in flight).
+ROOM_MARGIN = 1.05
+
+
+def no_room(root: str | Path, last: Path | None) -> str | None:
+    """Why the file system of checkpoint directory `root` cannot hold another checkpoint the size
+    of `last`, the newest complete one, or None. With none to go by the write is tried."""
+    if last is None:
+        return None
+    size = size_of(last)
+    free = shutil.disk_usage(root).free
+    if free >= size * ROOM_MARGIN:
+        return None
+    return f"{root} has {free / 2**20:.1f} MiB free, and the last checkpoint ({last.name}) took {size / 2**20:.1f} MiB"
+
+
 def _step_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []

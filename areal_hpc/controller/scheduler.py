@@ -470,6 +470,13 @@ class Scheduler:
         self.last_ckpt_version = self.ckpt_in_progress
         self.ckpt_in_progress = None
 
+    def on_checkpoint_skipped(self) -> None:
+        """The checkpoint asked for was not written (no room for it): the run goes on, and the
+        last complete one stays the point a restart resumes from."""
+        if self.ckpt_in_progress is None:
+            raise RuntimeError("a checkpoint skipped but none was being saved")
+        self.ckpt_in_progress = None
+
     # ---- inside -------------------------------------------------------------------------------
 
     def _submit(self, prompt_id: int, row: int, seed: int) -> Submit:

@@ -98,11 +98,13 @@ class Verdict:
 
 
 def judge(late: list[Overdue], generators: Mapping[str, int], waiting: Collection[int],
-          culprits: Mapping[int, int], sending: bool, alive: Collection[int], min_generators: int) -> Verdict:
+          culprits: Mapping[int, int], sending: bool, alive: Collection[int], min_generators: int,
+          loading: Collection[int] = ()) -> Verdict:
     """Who is to blame for `late`, given the generators by name (the live and joining ones), the
     members of an update that took it up and are not stranded by a loss (`waiting`), the live
-    members that never took up theirs (`culprits`: rank -> version) and whether the trainer is
-    still sending an update (`sending`).
+    members that never took up theirs (`culprits`: rank -> version), those of them still loading
+    an update queued before it (`loading`: not hung, unless their own clocks say so) and whether
+    the trainer is still sending an update (`sending`).
 
     A generator past its deadline is dropped, as a dead one is, while `min_generators` are left.
     Members that took an update up wait on the culprits: they are kept and their clocks start
@@ -115,9 +117,11 @@ def judge(late: list[Overdue], generators: Mapping[str, int], waiting: Collectio
     trainer = [o for o in late if o.who not in generators]
     waits = [o for g, o in overdue.items() if o.op == WEIGHT_UPDATE and g in waiting]
     drop = {g: f"hung: {o.describe()}" for g, o in overdue.items() if not (o.op == WEIGHT_UPDATE and g in waiting)}
-    if trainer and culprits and sending:
+    if trainer and sending and culprits:
         name = {g: who for who, g in generators.items()}
         for g, version in culprits.items():
+            if g in loading:
+                continue
             drop.setdefault(g, f"hung: {name[g]}: never took up the weight update to version {version},"
                                f" which the trainer waits to send ({trainer[0].describe()})")
         waits, trainer = waits + trainer, []

@@ -167,6 +167,7 @@ class Controller:
         # Seconds of the latest completed weight update (trainer send to the last generator loaded).
         self.last_sync_s: float | None = None
         self.ckpt_path: Path | None = None
+        self.ckpts_skipped: list[int] = []  # versions whose checkpoint found no room
         self.step_gen_tokens = 0.0
         # The generators' engine step-time sums (WeightsLoaded.engine_stats) since the last record.
         self.step_engine_stats: dict[str, float] = {}
@@ -313,7 +314,7 @@ class Controller:
                    and not self._lost_since(self.sync_started.get(self.updates.version(g), math.inf))]
         culprits = {g: self.updates.version(g) for g in self.updates.not_begun(self.sched.alive)}
         verdict = judge(late, names, waiting, culprits, self.sched.sending, self.sched.alive,
-                        self.cfg.rollout.min_generators)
+                        self.cfg.rollout.min_generators, [g for g in culprits if self.updates.paused(g)])
         if verdict.fatal is not None:
             abort_job(self.chan.comm, verdict.fatal)
         for rank, why in verdict.drop.items():
@@ -549,8 +550,8 @@ class Controller:
             elif isinstance(c, SyncFinished):
                 self.last_sync_s = self.now - self.sync_started.pop(c.version)
             elif isinstance(c, Checkpoint):
-                self._checkpoint(c.version, c.hf)
-                self.watchdog.start(CHECKPOINT, TRAINER, str(self.ckpt_path), self.now)
+                if self._checkpoint(c.version, c.hf):
+                    self.watchdog.start(CHECKPOINT, TRAINER, str(self.ckpt_path), self.now)
             elif isinstance(c, EvalFinished):
                 self._on_eval_finished(c)
             else:
@@ -704,11 +705,22 @@ class Controller:
 
     # ---- checkpoints ----------------------------------------------------------------------
 
-    def _checkpoint(self, version: int, hf: bool) -> None:
+    def _checkpoint(self, version: int, hf: bool) -> bool:
         """Trainer part (with `hf`, also its Hugging Face export), controller state, the config and
         the tokenizer of `version`; complete once all exist. The config and the tokenizer make the
-        checkpoint exportable on its own (`areal-hpc export-hf`)."""
-        path = ckpt.step_dir(ckpt.root_dir(self.cfg), version)
+        checkpoint exportable on its own (`areal-hpc export-hf`). One of an interval that its file
+        system has no room for (by the last one's size) is not begun, so that a full disk costs
+        the run its checkpoints, not a crash and requeue at every interval; the run's last one, or
+        a stop's, is always tried. False if not begun."""
+        root = ckpt.root_dir(self.cfg)
+        final = version >= self.cfg.total_steps or self.sched.stop_requested
+        if not final and (why := ckpt.no_room(root, last := ckpt.latest_complete(root))):
+            log.warning("checkpoint of version %d not written: %s; the run goes on, a restart resumes from %s and the"
+                        " next interval tries again (free space, or lower checkpoint.keep_last)", version, why, last)
+            self.ckpts_skipped.append(version)
+            self.sched.on_checkpoint_skipped()
+            return False
+        path = ckpt.step_dir(root, version)
         shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier run must not count
         path.mkdir(parents=True)
         self.trainers.command(SaveCheckpoint(str(path), version, hf))
@@ -717,6 +729,7 @@ class Controller:
         save_config(self.cfg, ckpt.config_file(path))
         write_tokenizer(ckpt.tokenizer_dir(path), Path(self.cfg.model.tokenizer_path or self.model_dir), self.model_dir)
         self.ckpt_path = path
+        return True
 
     def _on_checkpoint_saved(self, saved: CheckpointSaved) -> None:
         path = Path(saved.path)
@@ -747,6 +760,9 @@ class Controller:
             self.chan.send(g, msg)
         self.replacements.close(f"the run ended ({reason})")
         self.chan.flush()
+        if self.ckpts_skipped:
+            self.progress.note(f"checkpoints not written for lack of room: versions {self.ckpts_skipped}; the newest"
+                               f" complete one is {ckpt.latest_complete(ckpt.root_dir(self.cfg))}")
         if self.replaced:
             self.progress.note("samples per generator: " + ", ".join(
                 f"rank {g}{' (replacement)' if g in self.replaced else ''}: {n}" for g, n in sorted(self.samples.items())))

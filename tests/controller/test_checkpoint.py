@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -140,3 +141,19 @@ def test_write_atomic_never_writes_through_a_planted_temporary_file(tmp_path):
         assert target.read_text() == "secret" and target.stat().st_mode & 0o777 == 0o600
         assert not target.is_symlink() and not tmp.exists() and victim.read_text() == "untouched"
         target.unlink()
+
+
+def test_no_room_is_judged_by_the_last_checkpoints_size_on_its_file_system(tmp_path):
+    assert ck.no_room(tmp_path, None) is None  # nothing to go by: the first one is tried
+    last = make(tmp_path, 2, True)
+    (ck.trainer_dir(last) / "weights").write_bytes(b"x" * 4096)
+    ck.mark_complete(last)
+    assert ck.size_of(last) == 4096
+    assert ck.no_room(tmp_path, last) is None
+    manifest = json.loads((last / ck.MARKER).read_text())
+    manifest["files"]["trainer/weights"]["bytes"] = 2**60  # a checkpoint no disk holds
+    (last / ck.MARKER).write_text(json.dumps(manifest))
+    why = ck.no_room(tmp_path, last)
+    assert why is not None and why.startswith(f"{tmp_path} has ") and "MiB free, and the last checkpoint" in why
+    assert "(step-00000002) took 1099511627776.0 MiB" in why
+    assert ck.size_of(tmp_path / "none") == 0

@@ -190,6 +190,24 @@ def test_a_batch_ready_when_a_checkpoint_starts_stays_in_its_state_until_it_is_s
     assert [g.prompt_id for g in train[0].groups] == [2, 3]
 
 
+def test_a_skipped_checkpoint_lets_training_go_on_and_leaves_the_last_one_the_resume_point():
+    s = make(eta=2, b=2, total=4)
+    s.start_training()
+    submits = s.poll()
+    finish(s, submits[:2])
+    assert kinds(s.poll()) == [Train]
+    finish(s, submits[2:4])
+    s.request_checkpoint()
+    s.on_step_done(1)
+    sync(s, 1)
+    assert Checkpoint in kinds(s.poll())
+    s.on_checkpoint_skipped()
+    assert s.last_ckpt_version == -1 and not s.ckpt_requested
+    assert [g.prompt_id for c in s.poll() if isinstance(c, Train) for g in c.groups] == [2, 3]
+    with pytest.raises(RuntimeError, match="none was being saved"):
+        s.on_checkpoint_skipped()
+
+
 def test_a_lost_generators_prompts_go_to_the_others_once_and_updates_stop_waiting_for_it():
     s = make(eta=1, b=2, k=2, total=2)
     s.start_training()

@@ -94,6 +94,9 @@ def test_a_trainer_past_its_deadline_while_it_sends_to_a_member_that_never_took_
     assert verdict.drop[3].startswith("hung: rank 3 (generator 1): never took up the weight update to version 1,"
                                       " which the trainer waits to send (the trainer: training step for version 2")
     assert verdict.restart == tuple(late)
+    loading = judge(late, GENERATORS, waiting=[2], culprits={3: 2}, sending=True, alive=[2, 3], min_generators=1,
+                    loading=[3])  # still loading version 1: its own clock says whether it hangs
+    assert loading == Verdict(restart=tuple(late))
 
 
 def test_a_trainer_past_its_deadline_ends_the_job_unless_a_culprit_holds_its_send():
