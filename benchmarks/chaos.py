@@ -337,7 +337,7 @@ def run_schedule(seed: int, steps: int, model: Path, work_dir: Path, timeout: fl
         "runs": len(attempts), "violations": violations, "steps_lost": lost, "recovery_s": recovery_s(step_records(run_dir), attempts),
         "seconds": sum(a.seconds for a in attempts),
         "attempts": [{k: v for k, v in asdict(a).items() if k != "output_tail"} for a in attempts],
-        "output_tail": attempts[-1].output_tail[-2000:] if violations else "",
+        "output_tail": portable(attempts[-1].output_tail[-2000:]) if violations else "",
     }
 
 
@@ -364,6 +364,14 @@ def summary(schedules: list[dict], command: str, steps: int) -> dict:
         "recovery_s_median": statistics.median([s["recovery_s"] for s in schedules]) if schedules else 0.0,
         "schedules_detail": schedules,
     }
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths: the repository's and the interpreter's own."""
+    for root, name in ((str(Path(__file__).resolve().parent.parent) + "/", ""),
+                       (sys.base_prefix + "/", "<python>/"), (sys.prefix + "/", "<venv>/")):
+        text = text.replace(root, name)
+    return text
 
 
 def table(report: dict) -> str:

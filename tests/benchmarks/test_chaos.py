@@ -4,6 +4,7 @@ is asked to make, the invariants against run directories written here, and the r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,9 @@ def test_the_report_counts_faults_survived_by_kind(chaos, tmp_path):
     assert "invariant violations 1 (goal 0), steps lost 1, recovery median 22.0 s, max 40.0 s" in chaos.table(report)
     chaos.plot(report, tmp_path / "chaos.png")
     assert (tmp_path / "chaos.png").stat().st_size > 0
+
+
+def test_the_report_names_no_path_of_this_machine(chaos):
+    here = str(Path(chaos.__file__).resolve().parent.parent)
+    tail = f'File "{here}/areal_hpc/rollout/generator.py", line 1\n{sys.base_prefix}/lib/python3.11/x.py: warning'
+    assert chaos.portable(tail) == 'File "areal_hpc/rollout/generator.py", line 1\n<python>/lib/python3.11/x.py: warning'
