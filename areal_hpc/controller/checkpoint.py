@@ -122,14 +122,21 @@ def mark_complete(ckpt: str | Path) -> None:
     write_atomic(ckpt / MARKER, json.dumps({"files": manifest}, indent=0))
 
 
+def _manifest(ckpt: Path) -> list[tuple[str, int, str]] | None:
+    """(file, bytes, sha256) of each file the COMPLETE manifest lists; None if it is unreadable."""
+    try:
+        files = json.loads((ckpt / MARKER).read_bytes())["files"]
+        return [(str(name), int(want["bytes"]), str(want["sha256"])) for name, want in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def problems(ckpt: str | Path) -> list[str]:
     """What no longer matches the manifest of a complete checkpoint (empty: it is whole). A
     manifest that cannot be read (a torn copy, or truncated to nothing) vouches for nothing."""
     ckpt = Path(ckpt)
-    try:
-        files = json.loads((ckpt / MARKER).read_bytes())["files"]
-        wants = [(str(name), int(want["bytes"]), str(want["sha256"])) for name, want in files.items()]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    wants = _manifest(ckpt)
+    if wants is None:
         return [f"{MARKER}: not a readable manifest"]
     found = []
     for name, size_then, digest in wants:
@@ -147,10 +154,7 @@ def problems(ckpt: str | Path) -> list[str]:
 
 def size_of(ckpt: str | Path) -> int:
     """Bytes a complete checkpoint holds, read from its manifest (0 without a readable one)."""
-    try:
-        return sum(int(f["bytes"]) for f in json.loads((Path(ckpt) / MARKER).read_bytes())["files"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 0
+    return sum(size for _, size, _ in _manifest(Path(ckpt)) or ())
 
 
 # Room asked for beyond the last checkpoint's size: its files vary a little (the controller's
